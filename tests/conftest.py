@@ -1,0 +1,50 @@
+"""Shared fixtures: the real corpus in ../shared/corpus (when present) and
+helpers that build small traces with round numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def corpus_file(rel: str) -> Path:
+    """A file of ../shared/corpus, or skip the test when the corpus is absent."""
+    p = CORPUS / rel
+    if not p.exists():
+        pytest.skip(f"corpus file {rel} not present")
+    return p
+
+
+def load_json(path: Path):
+    """Plain json.load of a trace (the independent oracle's reader)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def trace_events(path: Path) -> list[dict]:
+    d = load_json(path)
+    return d["traceEvents"] if isinstance(d, dict) else d
+
+
+def write_trace(path: Path, events: list[dict], gz: bool = False, **top) -> Path:
+    """Write a Chrome trace ({"traceEvents": [...], **top}) to path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {**top, "traceEvents": events} if top or not isinstance(events, list) else {"traceEvents": events}
+    data = json.dumps(doc, indent=1).encode()
+    if gz:
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    return tmp_path / "wh"

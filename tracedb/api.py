@@ -1,0 +1,129 @@
+"""The Python API: one TraceDB object per warehouse. The CLI is a thin layer
+over it.
+
+    import tracedb
+    db = tracedb.open("runs-warehouse")
+    db.ingest(["runs/"])
+    db.query("hotspots", run="v2", kind="kernel").df()
+    db.sql("SELECT count(*) FROM events").fetchall()
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from .catalog import CATALOG_NAME, Catalog
+from .discover import TraceFile, discover
+from .errors import WarehouseError
+from .ingest import FileResult, IngestReport, run_ingest
+from .query import ViewInfo, build, list_views
+
+DEFAULT_WAREHOUSE = "tracedb"
+
+
+def default_warehouse() -> Path:
+    return Path(os.environ.get("TRACEDB_WAREHOUSE") or DEFAULT_WAREHOUSE)
+
+
+class TraceDB:
+    """A warehouse: Parquet files plus the DuckDB catalog that points at them."""
+
+    def __init__(self, warehouse: str | os.PathLike | None = None):
+        self.warehouse = Path(warehouse).expanduser().absolute() if warehouse else default_warehouse().absolute()
+        self.catalog = Catalog(self.warehouse)
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    # -- writing ----------------------------------------------------------
+
+    def _check_writable_target(self) -> None:
+        w = self.warehouse
+        if w.exists() and not w.is_dir():
+            raise WarehouseError(f"{w}: exists and is not a folder")
+        if w.is_dir() and not (w / CATALOG_NAME).exists() and any(
+            p.name not in {"events", "flows", "counters", ".staging", ".tracedb.lock"}
+            for p in w.iterdir()
+        ):
+            raise WarehouseError(
+                f"{w}: exists and is not a tracedb warehouse; choose another --warehouse"
+            )
+
+    def discover(self, paths: list[str | os.PathLike], run: str | None = None,
+                 rank: int | None = None, phase: str | None = None) -> list[TraceFile]:
+        """The files ``ingest`` would read, with their run / rank / phase."""
+        return discover(paths, run=run, rank=rank, phase=phase)
+
+    def ingest(self, paths: list[str | os.PathLike] | None = None, *, files: list[TraceFile] | None = None,
+               run: str | None = None, rank: int | None = None, phase: str | None = None,
+               jobs: int | None = None,
+               on_result: Callable[[FileResult], None] | None = None,
+               on_wait: Callable[[str], None] | None = None) -> IngestReport:
+        """Ingest trace files (or folders of them). Already-ingested content is
+        skipped; failures are recorded in ``traces`` and reported, never raised."""
+        if files is None:
+            files = discover(paths or [], run=run, rank=rank, phase=phase)
+        self._check_writable_target()
+        self.close()
+        jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        return run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
+
+    def rebuild_views(self) -> None:
+        """Re-create every view (after moving the warehouse or upgrading tracedb)."""
+        self._check_writable_target()
+        self.close()
+        self.catalog.rebuild()
+
+    # -- reading ----------------------------------------------------------
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection to the catalog (shared by this object)."""
+        if self._con is None:
+            recorded = self.catalog.recorded_warehouse()
+            if recorded is not None and recorded != str(self.warehouse) and os.access(self.warehouse, os.W_OK):
+                self.catalog.rebuild()  # the warehouse moved: re-point the views
+            self._con = self.catalog.connect_readonly()
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def query(self, name: str, **params) -> duckdb.DuckDBPyRelation:
+        """Run a view of the library: ``query("hotspots", run="v2", limit=10)``."""
+        con = self.connect()
+        sql, args = build(con, name, **params)
+        return con.sql(sql, params=args) if args else con.sql(sql)
+
+    def sql(self, text: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
+        """Any read-only SQL over the catalog."""
+        con = self.connect()
+        return con.sql(text, params=params) if params else con.sql(text)
+
+    def views(self, layer: str | None = None) -> list[ViewInfo]:
+        return list_views(self.connect(), layer)
+
+    def runs(self) -> duckdb.DuckDBPyRelation:
+        """What is in the warehouse: one row per run and phase."""
+        return self.sql(
+            "SELECT run, phase, count(DISTINCT rank) AS rank_count, list(DISTINCT rank ORDER BY rank) AS ranks,"
+            " count(*) FILTER (status = 'ok') AS file_count,"
+            " count(*) FILTER (status = 'failed') AS failed_count,"
+            " sum(event_count) AS event_count,"
+            " round(sum(source_bytes) FILTER (status = 'ok') / 1e6, 1) AS source_mb"
+            " FROM traces GROUP BY run, phase ORDER BY run, phase"
+        )
+
+    def __enter__(self) -> "TraceDB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open(warehouse: str | os.PathLike | None = None) -> TraceDB:  # noqa: A001 - mirrors sqlite3/duckdb
+    """Open (or name, for a first ingest) a warehouse."""
+    return TraceDB(warehouse)

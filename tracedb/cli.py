@@ -1,0 +1,228 @@
+"""The `tracedb` command: parses options, makes one library call, formats the
+result. Results go to stdout; progress, logs and errors to stderr.
+
+Exit codes: 0 success, 1 an error (or any file failed to ingest), 2 usage.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+
+import click
+import duckdb
+
+from . import __version__
+from .api import TraceDB
+from .errors import TracedbError
+from .output import FORMATS, write
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _db(ctx: click.Context) -> TraceDB:
+    return TraceDB(ctx.obj["warehouse"])
+
+
+def _emit(rel: duckdb.DuckDBPyRelation, fmt: str, output: str | None) -> None:
+    if fmt == "parquet" and not output:
+        raise click.UsageError("--format parquet needs --output FILE")
+    if output and fmt != "parquet":
+        with open(output, "w", encoding="utf-8", newline="") as f:
+            write(rel, fmt, f)
+    else:
+        write(rel, fmt, sys.stdout, output)
+
+
+class _Errors(click.Group):
+    """Turn the library's typed errors into one `Error: ...` line, exit 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TracedbError as e:
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(cls=_Errors)
+@click.option("--warehouse", "-w", type=click.Path(file_okay=False), envvar="TRACEDB_WAREHOUSE",
+              default="tracedb", show_default=True,
+              help="Warehouse folder (or set TRACEDB_WAREHOUSE).")
+@click.version_option(__version__, prog_name="tracedb")
+@click.pass_context
+def main(ctx: click.Context, warehouse: str) -> None:
+    """A SQL warehouse of PyTorch Profiler (Kineto) / Chrome-trace JSON traces.
+
+    \b
+    Example:
+      tracedb -w wh ingest runs/
+      tracedb -w wh query hotspots --run v2 --limit 10
+    """
+    ctx.obj = {"warehouse": warehouse}
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--run", help="Run name for every file (default: first folder under PATH).")
+@click.option("--rank", type=click.IntRange(min=0), help="Rank of a single file (default: distributedInfo.rank, the file name, 0).")
+@click.option("--phase", help="Phase for every file (default: a known word in the path, else the folder).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Files ingested at once (default: the number of cores).")
+@click.option("--dry-run", is_flag=True, help="Show the run/rank/phase mapping and stop.")
+@click.pass_context
+def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
+    """Ingest trace files and folders (*.json, *.json.gz) into the warehouse.
+
+    Content already ingested is skipped; a file that fails is named on stderr
+    and recorded in `traces`, and the others still ingest (exit code 1).
+
+    \b
+    Example:
+      tracedb ingest runs/                  # runs/<run>/.../<trace>.json[.gz]
+      tracedb ingest --run v3 rank0.json.gz
+    """
+    db = _db(ctx)
+    files = db.discover(list(paths), run=run, rank=rank, phase=phase)
+    if not files:
+        _err("No trace files (*.json, *.json.gz) found.")
+        return
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for tf in files:
+        groups[(tf.run, tf.phase)].append(tf)
+    _err(f"Found {len(files)} trace file(s), {sum(f.size_bytes for f in files) / 1e6:,.1f} MB:")
+    for (r, p), tfs in sorted(groups.items()):
+        ranks = sorted({t.rank for t in tfs})
+        shown = ",".join(map(str, ranks[:8])) + (",..." if len(ranks) > 8 else "")
+        _err(f"  run={r} phase={p} files={len(tfs)} ranks(from file names)={shown}")
+    if dry_run:
+        for tf in files:
+            click.echo(f"{tf.path}\trun={tf.run}\trank={tf.rank}\tphase={tf.phase}")
+        return
+
+    from tqdm import tqdm
+
+    total = sum(f.size_bytes for f in files)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr,
+               disable=None, leave=False)
+
+    def on_result(r):
+        bar.update(r.bytes)
+        if r.status == "failed":
+            bar.write(f"Error: {r.error}", file=sys.stderr)
+        for w in r.warnings:
+            bar.write(f"Warning: {r.path}: {w}", file=sys.stderr)
+
+    try:
+        report = db.ingest(files=files, jobs=jobs, on_result=on_result,
+                           on_wait=lambda m: bar.write(m + " ...", file=sys.stderr))
+    finally:
+        bar.close()
+    _err(
+        f"Ingested {len(report.ingested)} file(s): {report.event_count:,} events, "
+        f"{report.bytes / 1e6:,.1f} MB in {report.seconds:.1f} s ({report.mb_per_s:,.1f} MB/s); "
+        f"skipped {len(report.skipped)} already ingested; {len(report.failed)} failed."
+    )
+    if report.failed:
+        ctx.exit(1)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--run", help="Run to show (regressions: the target run).")
+@click.option("--base", help="Baseline run (regressions).")
+@click.option("--rank", type=int, help="One rank (views with a per-rank variant use it).")
+@click.option("--phase", help="Phase to show.")
+@click.option("--kind", help="kernel, cpu_op or annotation (hotspots; default: kernels if any).")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@click.pass_context
+def query(ctx, name, run, base, rank, phase, kind, limit, fmt, output):
+    """Run a view of the library (see `tracedb views`).
+
+    \b
+    Example:
+      tracedb query hotspots --run v2 --kind kernel --limit 10
+      tracedb query hotspots --run v2 --format csv > hotspots.csv
+    """
+    db = _db(ctx)
+    rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit)
+    _emit(rel, fmt, output)
+
+
+@main.command()
+@click.argument("statement")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@click.pass_context
+def sql(ctx, statement, fmt, output):
+    """Run read-only SQL over the catalog.
+
+    \b
+    Example:
+      tracedb sql "SELECT run, count(*) FROM events GROUP BY run"
+    """
+    db = _db(ctx)
+    try:
+        rel = db.sql(statement)
+        if rel is None:
+            raise click.ClickException("the statement returned no rows (the catalog is read-only here)")
+        _emit(rel, fmt, output)
+    except duckdb.Error as e:
+        raise click.ClickException(str(e).splitlines()[0]) from None
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Include staging and intermediate views.")
+@click.pass_context
+def views(ctx, name, show_all):
+    """List the views with what they answer, or one view's columns.
+
+    \b
+    Example:
+      tracedb views
+      tracedb views hotspots
+    """
+    db = _db(ctx)
+    infos = db.views()
+    if name:
+        match = [v for v in infos if v.name == name]
+        if not match:
+            from .errors import UnknownView
+            raise UnknownView(name, [v.name for v in infos])
+        v = match[0]
+        click.echo(f"{v.name} ({v.layer} {v.kind})\n  {v.description}")
+        for p, doc in v.params.items():
+            click.echo(f"  param {p}: {doc}")
+        rows = db.sql(
+            "SELECT column_name, data_type, description FROM tracedb_view_columns "
+            "WHERE view_name = ? ORDER BY position", [name]).fetchall()
+        for col, typ, doc in rows:
+            click.echo(f"  {col:<24} {typ or '':<12} {doc or ''}".rstrip())
+        return
+    for v in infos:
+        if v.layer != "marts" and not show_all:
+            continue
+        label = v.name if v.layer == "marts" else f"{v.name} [{v.layer}]"
+        click.echo(f"{label:<28} {v.description}")
+
+
+@main.command()
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.pass_context
+def runs(ctx, fmt):
+    """What is in the warehouse: runs, phases, ranks, files, events.
+
+    \b
+    Example:
+      tracedb runs
+    """
+    _emit(_db(ctx).runs(), fmt, None)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name=os.path.basename(sys.argv[0]))

@@ -1,0 +1,282 @@
+"""Ingest: discovered files -> parse -> Parquet -> catalog, one file at a time
+(or ``jobs`` at a time in worker processes).
+
+Each file is hashed first; a file whose content is already in the warehouse
+is skipped (a file with the same path, size and mtime as an ingested one is
+skipped without hashing). A file that fails is recorded in ``traces`` with
+its error and never stops the others. Results are registered in the catalog
+in groups; a trace becomes visible exactly when its group commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from . import __version__
+from .catalog import Catalog
+from .discover import TraceFile
+from .errors import TraceFormatError, WarehouseError
+from .parse import TraceParser
+from .store import TraceWriter
+
+COMMIT_EVERY_FILES = 64
+COMMIT_EVERY_S = 5.0
+
+
+@dataclass
+class FileResult:
+    """What happened to one file."""
+
+    path: str
+    run: str
+    rank: int
+    phase: str
+    status: str  # "ok", "failed" or "skipped"
+    file_id: str | None = None
+    error: str | None = None
+    event_count: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    row: dict | None = None  # the traces row to register
+
+
+@dataclass
+class IngestReport:
+    results: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def _with(self, status: str) -> list[FileResult]:
+        return [r for r in self.results if r.status == status]
+
+    @property
+    def ingested(self) -> list[FileResult]:
+        return self._with("ok")
+
+    @property
+    def skipped(self) -> list[FileResult]:
+        return self._with("skipped")
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return self._with("failed")
+
+    @property
+    def event_count(self) -> int:
+        return sum(r.event_count for r in self.ingested)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.ingested)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+def hash_file(path: Path) -> str:
+    """Content hash of the file as stored: the trace's file_id."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _row(tf: TraceFile, file_id: str, status: str, error: str | None, meta=None,
+         files: dict | None = None, seconds: float = 0.0) -> dict:
+    row = {
+        "file_id": file_id, "run": tf.run, "rank": tf.rank, "phase": tf.phase,
+        "status": status, "error": error, "source_path": str(tf.path),
+        "source_bytes": tf.size_bytes, "source_mtime_ns": tf.mtime_ns,
+        "rank_source": tf.rank_source, "tracedb_version": __version__,
+        "ingest_seconds": seconds,
+        "ingested_at": datetime.now(timezone.utc),
+        "files": json.dumps(files) if files else None,
+    }
+    if meta is not None:
+        shift = meta.base_time_ns or 0
+        row.update({
+            "form": meta.form,
+            "json_event_count": meta.json_event_count,
+            "event_count": meta.event_count,
+            "flow_count": meta.flow_count,
+            "counter_count": meta.counter_count,
+            "unmatched_begin_count": meta.unmatched_begin,
+            "unmatched_end_count": meta.unmatched_end,
+            "ts_min_ns": None if meta.ts_min_ns is None else meta.ts_min_ns + shift,
+            "ts_max_ns": None if meta.ts_max_ns is None else meta.ts_max_ns + shift,
+            "base_time_ns": meta.base_time_ns,
+            "distributed_info": json.dumps(meta.distributed_info) if meta.distributed_info is not None else None,
+            "device_properties": json.dumps(meta.device_properties) if meta.device_properties is not None else None,
+            "trace_name": meta.trace_name,
+            "display_time_unit": meta.display_time_unit,
+            "schema_version": None if meta.schema_version is None else str(meta.schema_version),
+            "metadata": json.dumps(meta.other, default=str),
+            "warnings": "; ".join(meta.warnings) or None,
+        })
+    return row
+
+
+def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] = frozenset(),
+                threads: int = 1) -> FileResult:
+    """Parse, write and publish one file (not yet registered in the catalog)."""
+    warehouse = Path(warehouse)
+    t0 = time.perf_counter()
+    result = FileResult(path=str(tf.path), run=tf.run, rank=tf.rank, phase=tf.phase,
+                        status="failed", bytes=tf.size_bytes)
+    try:
+        file_id = hash_file(tf.path)
+    except OSError as e:
+        file_id = "unreadable-" + hashlib.blake2b(str(tf.path).encode(), digest_size=8).hexdigest()
+        result.file_id = file_id
+        result.error = f"{tf.path}: cannot read: {e.strerror or e}"
+        result.row = _row(tf, file_id, "failed", result.error)
+        return result
+    result.file_id = file_id
+    if file_id in known_ids:
+        result.status = "skipped"
+        return result
+    writer = TraceWriter(warehouse, file_id)
+    try:
+        parser = TraceParser(tf.path)
+        for table, batch in parser.batches():
+            writer.write(table, batch)
+        meta = parser.meta
+        if meta.distributed_info:
+            tf.resolve_rank(meta.distributed_info.get("rank"))
+        writer.finalize(meta.base_time_ns or 0, threads=threads)
+        files = writer.publish(tf.run, tf.rank, tf.phase)
+    except TraceFormatError as e:
+        result.error = str(e)
+        result.seconds = time.perf_counter() - t0
+        result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)
+        return result
+    finally:
+        writer.discard()
+    result.status = "ok"
+    result.rank = tf.rank
+    result.event_count = meta.event_count
+    result.warnings = meta.warnings
+    result.seconds = time.perf_counter() - t0
+    result.row = _row(tf, file_id, "ok", None, meta, files, result.seconds)
+    return result
+
+
+def _known(catalog: Catalog) -> tuple[frozenset[str], dict[tuple, str]]:
+    """Ingested file ids, and (path, size, mtime) -> file_id of ingested files."""
+    if not catalog.exists():
+        return frozenset(), {}
+    con = catalog.connect_readonly()
+    try:
+        rows = con.execute(
+            "SELECT file_id, source_path, source_bytes, source_mtime_ns FROM traces WHERE status = 'ok'"
+        ).fetchall()
+    except duckdb.CatalogException:
+        return frozenset(), {}
+    finally:
+        con.close()
+    return frozenset(r[0] for r in rows), {(r[1], r[2], r[3]): r[0] for r in rows}
+
+
+
+def register(catalog: Catalog, results: list[FileResult],
+             on_wait: Callable[[str], None] | None = None) -> None:
+    """Record results in the catalog in one atomic swap."""
+    rows = [r.row for r in results if r.row is not None]
+    if not rows:
+        return
+    with catalog.writing(on_wait) as con:
+        cols = [c for (c,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'traces' ORDER BY column_index"
+        ).fetchall()]
+        placeholders = ", ".join("?" for _ in cols)
+        for row in rows:
+            if row["status"] == "ok":
+                exists = con.execute(
+                    "SELECT 1 FROM traces WHERE file_id = ? AND status = 'ok'", [row["file_id"]]
+                ).fetchone()
+                if exists:  # a concurrent ingest registered the same content
+                    continue
+            # A file that failed before and ingests (or fails) now replaces its old row.
+            con.execute(
+                "DELETE FROM traces WHERE source_path = ? AND status = 'failed'", [row["source_path"]]
+            )
+            con.execute(
+                f"INSERT INTO traces ({', '.join(cols)}) VALUES ({placeholders})",
+                [row.get(c) for c in cols],
+            )
+
+
+def run_ingest(warehouse: Path, files: list[TraceFile], jobs: int = 1,
+               on_result: Callable[[FileResult], None] | None = None,
+               on_wait: Callable[[str], None] | None = None) -> IngestReport:
+    """Ingest ``files`` into the warehouse; returns what happened to each."""
+    t0 = time.perf_counter()
+    catalog = Catalog(warehouse)
+    try:
+        warehouse.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WarehouseError(f"{warehouse}: cannot create the warehouse: {e.strerror or e}") from None
+    if not os.access(warehouse, os.W_OK):
+        raise WarehouseError(f"{warehouse}: the warehouse is not writable")
+    known_ids, known_paths = _known(catalog)
+    report = IngestReport()
+    pending: list[TraceFile] = []
+    for tf in files:
+        if (str(tf.path), tf.size_bytes, tf.mtime_ns) in known_paths:
+            r = FileResult(path=str(tf.path), run=tf.run, rank=tf.rank, phase=tf.phase,
+                           status="skipped", file_id=known_paths[(str(tf.path), tf.size_bytes, tf.mtime_ns)],
+                           bytes=tf.size_bytes)
+            report.results.append(r)
+            if on_result:
+                on_result(r)
+        else:
+            pending.append(tf)
+
+    uncommitted: list[FileResult] = []
+    last_commit = time.monotonic()
+
+    def done(r: FileResult) -> None:
+        nonlocal last_commit
+        report.results.append(r)
+        if r.row is not None:
+            uncommitted.append(r)
+        if on_result:
+            on_result(r)
+        if len(uncommitted) >= COMMIT_EVERY_FILES or (
+            uncommitted and time.monotonic() - last_commit >= COMMIT_EVERY_S
+        ):
+            register(catalog, uncommitted, on_wait)
+            uncommitted.clear()
+            last_commit = time.monotonic()
+
+    try:
+        if jobs <= 1 or len(pending) <= 1:
+            threads = max(1, os.cpu_count() or 1) if len(pending) == 1 else 1
+            for tf in pending:
+                done(ingest_file(warehouse, tf, known_ids, threads))
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+                futures = {pool.submit(ingest_file, str(warehouse), tf, known_ids, 1) for tf in pending}
+                while futures:
+                    finished, futures = wait(futures, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        done(f.result())
+    finally:
+        if uncommitted:
+            register(catalog, uncommitted, on_wait)
+    report.seconds = time.perf_counter() - t0
+    return report

@@ -1,0 +1,553 @@
+"""Streaming Chrome-trace / Kineto parser: JSON in, Arrow record batches out.
+
+Memory stays bounded: ijson's C backend (yajl2_c) yields one event at a
+time, events are appended to column lists, and every ``batch_rows`` rows a
+record batch is handed on. Only open ``B`` slices (waiting for their ``E``)
+and a small tail buffer of the input are held.
+
+The top-level keys of a Kineto trace are read without a second pass: keys
+before ``traceEvents`` from a short parse of the file's head, keys after it
+(``traceName``, ``baseTimeNanoseconds``, ...) from the last bytes of the
+stream, kept in a ring buffer while the events go by.
+
+This module knows nothing of DuckDB, Parquet or click.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Iterator
+
+import ijson
+import orjson
+import pyarrow as pa
+
+from .errors import TraceFormatError
+from .schema import ARG_COLUMNS, COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
+
+BATCH_ROWS = 65_536
+_TAIL_BYTES = 2 << 20
+_BOM = b"\xef\xbb\xbf"
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+FLOW_PHASES = frozenset("stf")
+
+
+def ijson_backend() -> str:
+    """The ijson backend in use; tracedb expects the C one, ``yajl2_c``."""
+    return ijson.backend
+
+
+@dataclass
+class TraceMeta:
+    """What a trace says about itself, filled while parsing."""
+
+    form: str = "object"  # "object" ({"traceEvents": [...]}) or "array"
+    distributed_info: dict | None = None
+    device_properties: list | None = None
+    base_time_ns: int | None = None
+    trace_name: str | None = None
+    display_time_unit: str | None = None
+    schema_version: Any = None
+    other: dict = field(default_factory=dict)
+    json_event_count: int = 0
+    event_count: int = 0
+    flow_count: int = 0
+    counter_count: int = 0
+    unmatched_begin: int = 0
+    unmatched_end: int = 0
+    skipped_count: int = 0
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Source(io.RawIOBase):
+    """Reads the (decompressed) trace bytes, counting them, skipping a BOM,
+    and keeping the last ``_TAIL_BYTES`` for the top-level keys after
+    ``traceEvents``."""
+
+    def __init__(self, raw: io.BufferedIOBase, keep_tail: bool = True):
+        self._raw = raw
+        self.offset = 0
+        self._first = True
+        self._tail: deque[bytes] | None = deque() if keep_tail else None
+        self._tail_len = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        data = self.read(len(buf))
+        n = len(data)
+        buf[:n] = data
+        return n
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        data = self._raw.read(n)
+        if self._first and data:
+            self._first = False
+            if data.startswith(_BOM):
+                data = data[3:]
+        self.offset += len(data)
+        if self._tail is not None and data:
+            self._tail.append(data)
+            self._tail_len += len(data)
+            while self._tail_len - len(self._tail[0]) >= _TAIL_BYTES:
+                self._tail_len -= len(self._tail.popleft())
+        return data
+
+    def tail(self) -> bytes:
+        return b"".join(self._tail or ())
+
+
+def _open_raw(path: Path) -> io.BufferedIOBase:
+    f = open(path, "rb")
+    magic = f.read(2)
+    f.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    return f
+
+
+def _first_byte(path: Path) -> bytes:
+    with _open_raw(path) as f:
+        head = f.read(4096)
+        if head.startswith(_BOM):
+            head = head[3:]
+        while head is not None:
+            stripped = head.lstrip()
+            if stripped:
+                return stripped[:1]
+            head = f.read(4096)
+            if not head:
+                return b""
+    return b""
+
+
+def _to_ns(v: Any) -> int | None:
+    """Microseconds (int, Decimal, float or numeric string) -> exact int ns."""
+    t = type(v)
+    if t is int:
+        return v * 1000
+    if t is Decimal:
+        if not v.is_finite():
+            return None
+        return int((v * 1000).to_integral_value())
+    if v is None or t is bool:
+        return None
+    if t is float:
+        return round(v * 1000) if v == v and v not in (float("inf"), float("-inf")) else None
+    if t is str:
+        try:
+            return _to_ns(Decimal(v))
+        except InvalidOperation:
+            return None
+    return None
+
+
+def _as_int(v: Any) -> int | None:
+    t = type(v)
+    if t is int:
+        return v if _INT64_MIN <= v <= _INT64_MAX else None
+    if t is Decimal:
+        if v.is_finite() and v == v.to_integral_value():
+            return _as_int(int(v))
+        return None
+    if t is str:
+        try:
+            return _as_int(int(v))
+        except ValueError:
+            return None
+    if t is float and v.is_integer():
+        return _as_int(int(v))
+    return None
+
+
+def _as_float(v: Any) -> float | None:
+    if type(v) in (int, float, Decimal):
+        try:
+            return float(v)
+        except (OverflowError, ValueError):
+            return None
+    return None
+
+
+def _as_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if type(v) is str:
+        return v
+    return json.dumps(_jsonable(v), ensure_ascii=False)
+
+
+def _as_int_list(v: Any) -> list | None:
+    if type(v) is list:
+        return [_as_int(x) for x in v]
+    return None
+
+
+_CONVERT = {"int64": _as_int, "double": _as_float, "string": _as_text}
+
+
+def _converter(typ: pa.DataType):
+    if pa.types.is_list(typ):
+        return _as_int_list
+    return _CONVERT[str(typ)]
+
+
+_ARG_CONVERTERS = [(key, col, _converter(typ)) for key, (col, typ) in ARG_COLUMNS.items()]
+
+
+def _jsonable(v: Any) -> Any:
+    """Decimals to float / int, recursively, for the JSON writers."""
+    if isinstance(v, Decimal):
+        if v.is_finite() and v == v.to_integral_value() and abs(v) < 2**63:
+            return int(v)
+        return float(v)
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _default(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return float(v)
+    raise TypeError
+
+
+def _dump_args(args: Any) -> str | None:
+    if args is None:
+        return None
+    try:
+        return orjson.dumps(args, default=_default).decode()
+    except TypeError:
+        # integers past 64 bits, NaN/Infinity and other rare values
+        return json.dumps(_jsonable(args), ensure_ascii=False, default=str)
+
+
+def _id_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if type(v) is str:
+        return v
+    if type(v) is Decimal:
+        v = _jsonable(v)
+    return str(v)
+
+
+def _pid_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if type(v) is str:
+        return v
+    return str(_jsonable(v))
+
+
+class _Columns:
+    """Column lists for one table, flushed as record batches."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.names = schema.names
+        self.cols: dict[str, list] = {n: [] for n in self.names}
+        self.rows = 0
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(self.cols[n], type=self.schema.field(n).type) for n in self.names]
+        self.cols = {n: [] for n in self.names}
+        self.rows = 0
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+class TraceParser:
+    """Parse one trace file. Iterate ``batches()`` for ``(table, batch)``
+    pairs; ``meta`` is complete once the iteration ends.
+
+    Raises :class:`TraceFormatError` naming the file, position and reason.
+    """
+
+    def __init__(self, path: str | Path, batch_rows: int = BATCH_ROWS):
+        self.path = Path(path)
+        self.batch_rows = batch_rows
+        self.meta = TraceMeta()
+        self._events = _Columns(EVENT_SCHEMA)
+        self._flows = _Columns(FLOW_SCHEMA)
+        self._counters = _Columns(COUNTER_SCHEMA)
+        self._open: dict[tuple, list[tuple[int, dict]]] = {}
+        self._source: _Source | None = None
+
+    # -- errors ---------------------------------------------------------
+
+    def _error(self, reason: str, position: str | None = None) -> TraceFormatError:
+        if position is None and self._source is not None:
+            position = f"byte {self._source.offset}"
+        return TraceFormatError(str(self.path), reason, position)
+
+    # -- top level --------------------------------------------------------
+
+    def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        if self.path.stat().st_size == 0:
+            raise self._error("empty file", "byte 0")
+        try:
+            first = _first_byte(self.path)
+        except (OSError, EOFError, zlib.error) as e:
+            raise self._error(f"corrupt gzip: {e}", "byte 0") from None
+        if first == b"[":
+            self.meta.form = "array"
+            prefix = "item"
+        elif first == b"{":
+            self.meta.form = "object"
+            prefix = "traceEvents.item"
+            self._read_head()
+        elif first == b"":
+            raise self._error("empty file (only whitespace)", "byte 0")
+        else:
+            raise self._error(
+                f"not JSON: starts with {first!r}, expected '{{' or '['", "byte 0"
+            )
+        yield from self._read_events(prefix)
+        if self.meta.form == "object":
+            self._read_tail()
+        for table, cols in (("events", self._events), ("flows", self._flows),
+                            ("counters", self._counters)):
+            if cols.rows:
+                yield table, cols.batch()
+
+    def _read_head(self) -> None:
+        """Top-level keys before traceEvents (a short parse of the head)."""
+        found = False
+        try:
+            with _open_raw(self.path) as raw:
+                src = _Source(raw, keep_tail=False)
+                builder = None
+                key = None
+                for prefix, event, value in ijson.parse(src, use_float=False):
+                    if prefix == "" and event == "map_key":
+                        if value == "traceEvents":
+                            found = True
+                            break
+                        key = value
+                        builder = ijson.ObjectBuilder()
+                        continue
+                    if builder is not None and key is not None:
+                        builder.event(event, value)
+                        if prefix == key and event in ("end_map", "end_array", "string",
+                                                       "number", "boolean", "null"):
+                            self._set_meta(key, builder.value)
+                            builder = None
+                            key = None
+        except (ijson.JSONError, ijson.IncompleteJSONError):
+            # The main pass reports the error with its position.
+            return
+        except (OSError, EOFError, zlib.error):
+            return
+        self._has_events_key = found
+
+    def _read_tail(self) -> None:
+        """Top-level keys after traceEvents, from the last bytes read."""
+        assert self._source is not None
+        text = self._source.tail().decode("utf-8", errors="replace")
+        for m in re.finditer(r"\]\s*([,}])", text):
+            if m.group(1) == "}":
+                if not text[m.end():].strip():
+                    return
+                continue
+            try:
+                obj = json.loads("{" + text[m.end():])
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                for k, v in obj.items():
+                    self._set_meta(k, v)
+            return
+        self.meta.warnings.append(
+            "could not read the top-level keys after traceEvents"
+        )
+
+    def _set_meta(self, key: str, value: Any) -> None:
+        m = self.meta
+        value = _jsonable(value)
+        if key == "distributedInfo" and isinstance(value, dict):
+            m.distributed_info = value
+        elif key == "deviceProperties" and isinstance(value, list):
+            m.device_properties = value
+        elif key == "baseTimeNanoseconds":
+            m.base_time_ns = _as_int(value)
+        elif key == "traceName":
+            m.trace_name = _as_text(value)
+        elif key == "displayTimeUnit":
+            m.display_time_unit = _as_text(value)
+        elif key == "schemaVersion":
+            m.schema_version = value
+        else:
+            m.other[key] = value
+
+    # -- events -----------------------------------------------------------
+
+    def _read_events(self, prefix: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+        try:
+            raw = _open_raw(self.path)
+        except OSError as e:
+            raise self._error(f"cannot open: {e.strerror or e}", "byte 0") from None
+        self._source = src = _Source(raw)
+        index = 0
+        try:
+            with raw:
+                for ev in ijson.items(src, prefix, use_float=False):
+                    if type(ev) is not dict:
+                        self.meta.skipped_count += 1
+                        index += 1
+                        continue
+                    self._add(index, ev)
+                    index += 1
+                    if self._events.rows >= self.batch_rows:
+                        yield "events", self._events.batch()
+                    if self._flows.rows >= self.batch_rows:
+                        yield "flows", self._flows.batch()
+                    if self._counters.rows >= self.batch_rows:
+                        yield "counters", self._counters.batch()
+        except ijson.IncompleteJSONError as e:
+            raise self._error(f"truncated JSON ({_short(e)})", f"byte {src.offset}, event {index}") from None
+        except ijson.JSONError as e:
+            raise self._error(f"invalid JSON ({_short(e)})", f"byte {src.offset}, event {index}") from None
+        except UnicodeDecodeError as e:
+            raise self._error(f"invalid UTF-8 ({e.reason})", f"byte {src.offset}, event {index}") from None
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise self._error(f"corrupt gzip: {_short(e)}", f"byte {src.offset}, event {index}") from None
+        self.meta.json_event_count = index
+        if self.meta.form == "object" and index == 0 and not getattr(self, "_has_events_key", False):
+            raise self._error("not a trace: no traceEvents array", "byte 0")
+        if self.meta.form == "array" and index > 0 and self.meta.skipped_count == index:
+            raise self._error("not a trace: the array holds no event objects", "byte 0")
+        self._close_open_slices()
+
+    def _add(self, index: int, ev: dict) -> None:
+        ph = ev.get("ph")
+        if type(ph) is not str:
+            ph = _as_text(ph)
+        ts = _to_ns(ev.get("ts"))
+        if ts is not None:
+            m = self.meta
+            if m.ts_min_ns is None or ts < m.ts_min_ns:
+                m.ts_min_ns = ts
+            end = ts + (_to_ns(ev.get("dur")) or 0)
+            if m.ts_max_ns is None or end > m.ts_max_ns:
+                m.ts_max_ns = end
+        if ph == "X":
+            self._slice(index, ev, ts, _to_ns(ev.get("dur")), "X")
+        elif ph in FLOW_PHASES:
+            self._flow(index, ev, ts, ph)
+        elif ph == "C":
+            self._counter(index, ev, ts)
+        elif ph == "B":
+            key = (_pid_text(ev.get("pid")), _pid_text(ev.get("tid")))
+            self._open.setdefault(key, []).append((index, ev))
+        elif ph == "E":
+            key = (_pid_text(ev.get("pid")), _pid_text(ev.get("tid")))
+            stack = self._open.get(key)
+            if stack:
+                b_index, b = stack.pop()
+                b_ts = _to_ns(b.get("ts"))
+                dur = ts - b_ts if ts is not None and b_ts is not None else None
+                args = b.get("args")
+                e_args = ev.get("args")
+                if isinstance(e_args, dict) and e_args:
+                    args = {**args, **e_args} if isinstance(args, dict) else e_args
+                merged = dict(b)
+                merged["args"] = args
+                self._slice(b_index, merged, b_ts, dur, "X")
+            else:
+                self.meta.unmatched_end += 1
+                self._slice(index, ev, ts, None, "E")
+        else:
+            self._slice(index, ev, ts, None, ph)
+
+    def _slice(self, index: int, ev: dict, ts: int | None, dur: int | None, ph: str | None) -> None:
+        c = self._events.cols
+        c["event_id"].append(index)
+        c["ts_ns"].append(ts)
+        c["dur_ns"].append(dur)
+        c["ph"].append(ph)
+        cat = ev.get("cat")
+        c["cat"].append(cat if cat is None or type(cat) is str else _as_text(cat))
+        name = ev.get("name")
+        c["name"].append(name if name is None or type(name) is str else _as_text(name))
+        c["pid"].append(_pid_text(ev.get("pid")))
+        c["tid"].append(_pid_text(ev.get("tid")))
+        c["id"].append(_id_text(ev.get("id")))
+        args = ev.get("args")
+        if type(args) is dict and args:
+            for key, col, conv in _ARG_CONVERTERS:
+                v = args.get(key)
+                c[col].append(None if v is None else conv(v))
+        else:
+            for _key, col, _conv in _ARG_CONVERTERS:
+                c[col].append(None)
+        c["args"].append(_dump_args(args))
+        self._events.rows += 1
+        self.meta.event_count += 1
+
+    def _flow(self, index: int, ev: dict, ts: int | None, ph: str) -> None:
+        c = self._flows.cols
+        c["event_id"].append(index)
+        c["ts_ns"].append(ts)
+        c["ph"].append(ph)
+        c["id"].append(_id_text(ev.get("id", ev.get("bind_id"))))
+        c["cat"].append(_as_text(ev.get("cat")))
+        c["name"].append(_as_text(ev.get("name")))
+        c["pid"].append(_pid_text(ev.get("pid")))
+        c["tid"].append(_pid_text(ev.get("tid")))
+        c["bp"].append(_as_text(ev.get("bp")))
+        self._flows.rows += 1
+        self.meta.flow_count += 1
+
+    def _counter(self, index: int, ev: dict, ts: int | None) -> None:
+        args = ev.get("args")
+        if type(args) is not dict:
+            args = {}
+        c = self._counters.cols
+        name = _as_text(ev.get("name"))
+        cat = _as_text(ev.get("cat"))
+        pid, tid = _pid_text(ev.get("pid")), _pid_text(ev.get("tid"))
+        cid = _id_text(ev.get("id"))
+        for series, value in args.items():
+            c["event_id"].append(index)
+            c["ts_ns"].append(ts)
+            c["cat"].append(cat)
+            c["name"].append(name)
+            c["pid"].append(pid)
+            c["tid"].append(tid)
+            c["id"].append(cid)
+            c["series"].append(str(series))
+            c["value"].append(_as_float(value))
+            self._counters.rows += 1
+            self.meta.counter_count += 1
+
+    def _close_open_slices(self) -> None:
+        """B events never closed by an E: kept, with a NULL duration."""
+        for stack in self._open.values():
+            for index, ev in stack:
+                self.meta.unmatched_begin += 1
+                self._slice(index, ev, _to_ns(ev.get("ts")), None, "B")
+        self._open.clear()
+        if self.meta.unmatched_begin or self.meta.unmatched_end:
+            self.meta.warnings.append(
+                f"{self.meta.unmatched_begin} B without E, "
+                f"{self.meta.unmatched_end} E without B (kept with NULL dur_ns)"
+            )
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__

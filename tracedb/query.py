@@ -1,0 +1,126 @@
+"""Run the named views and macros of the library with common parameters.
+
+``query(con, "hotspots", run="v2", kind="kernel", limit=20)`` filters a
+view on its run / rank / phase / kind columns; a table macro gets its
+parameters by name (``regressions(base := 'v1', target := 'v2')``, where
+``run`` fills ``target``). With ``rank``, a view ``NAME_by_rank`` is used
+when the library has one (``hotspots`` sums over ranks,
+``hotspots_by_rank`` keeps them apart).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import duckdb
+
+from .errors import QueryError, UnknownView
+
+FILTER_COLUMNS = ("run", "rank", "phase", "kind")
+
+
+@dataclass
+class ViewInfo:
+    name: str
+    layer: str
+    kind: str
+    description: str
+    params: dict[str, str]
+    order_by: str | None
+    default_kind: list[str]
+
+
+def list_views(con: duckdb.DuckDBPyConnection, layer: str | None = None) -> list[ViewInfo]:
+    sql = "SELECT name, layer, kind, description, params, order_by, default_kind FROM tracedb_views"
+    args: list = []
+    if layer:
+        sql += " WHERE layer = ?"
+        args.append(layer)
+    sql += " ORDER BY CASE layer WHEN 'marts' THEN 0 WHEN 'intermediate' THEN 1 ELSE 2 END, name"
+    return [
+        ViewInfo(n, lay, k, d, json.loads(p) if p else {}, o, dk or [])
+        for n, lay, k, d, p, o, dk in con.execute(sql, args).fetchall()
+    ]
+
+
+def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
+    return [c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index", [name]
+    ).fetchall()]
+
+
+def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
+          base: str | None = None, rank: int | None = None, phase: str | None = None,
+          kind: str | None = None, limit: int | None = None,
+          **extra: object) -> tuple[str, list]:
+    """The SQL and parameters that `query` runs."""
+    views = {v.name: v for v in list_views(con)}
+    if name not in views:
+        raise UnknownView(name, sorted(v for v, info in views.items() if info.layer == "marts"))
+    if rank is not None and f"{name}_by_rank" in views:
+        name = f"{name}_by_rank"
+    info = views[name]
+    params: list = []
+    filters = {"run": run, "rank": rank, "phase": phase, "kind": kind}
+    if info.kind == "macro":
+        given = {"base": base, **{k: v for k, v in extra.items() if v is not None}}
+        if "target" in info.params:
+            given["target"] = run
+            filters["run"] = None
+        unknown = [k for k, v in given.items() if v is not None and k not in info.params]
+        if unknown:
+            raise QueryError(f"{name} takes no --{unknown[0]}")
+        missing = [p for p in info.params if given.get(p) is None and "default" not in info.params[p]]
+        if missing:
+            opt = "run" if missing[0] == "target" else missing[0]
+            raise QueryError(f"{name} needs --{opt} ({info.params[missing[0]]})")
+        args = []
+        for p in info.params:
+            if given.get(p) is not None:
+                args.append(f"{p} := ?")
+                params.append(given[p])
+        source = f"{name}({', '.join(args)})"
+        columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0", params).description]
+    else:
+        stray = [k for k, v in {"base": base, **extra}.items() if v is not None]
+        if stray:
+            raise QueryError(f"{name} takes no --{stray[0]}")
+        source = name
+        columns = _columns(con, name)
+    for col, value in filters.items():
+        if value is not None and col not in columns:
+            raise QueryError(f"{name} has no {col} column, so --{col} does not apply")
+    if kind is None and info.default_kind and "kind" in columns:
+        filters["kind"] = _default_kind(con, source, params, filters, info.default_kind)
+    where = []
+    for col, value in filters.items():
+        if value is None:
+            continue
+        where.append(f'"{col}" = ?')
+        params.append(value)
+    sql = f"SELECT * FROM {source}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    if info.order_by:
+        sql += f" ORDER BY {info.order_by}"
+    if limit is not None:
+        if limit < 0:
+            raise QueryError("--limit must be 0 or more")
+        sql += f" LIMIT {int(limit)}"
+    return sql, params
+
+
+def _default_kind(con: duckdb.DuckDBPyConnection, source: str, params: list,
+                  filters: dict, preference: list[str]) -> str | None:
+    """The first kind in ``preference`` that has rows under the filters."""
+    where, args = [], list(params)
+    for col, value in filters.items():
+        if value is not None and col != "kind":
+            where.append(f'"{col}" = ?')
+            args.append(value)
+    sql = f"SELECT DISTINCT kind FROM {source}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    present = {k for (k,) in con.execute(sql, args).fetchall()}
+    return next((k for k in preference if k in present), None)

@@ -1,0 +1,196 @@
+"""Load the SQL view library in queries/: headers, dependencies, column docs.
+
+One view or table macro per file; the file name is the object's name; the
+folder is its layer (staging -> intermediate -> marts). A file starts with a
+header comment::
+
+    -- What the view answers, in a sentence or two.
+    -- Grain: one row per run, phase, kind, name.
+    -- requires: stg_kernels, stg_cpu_ops
+    -- param base: the run to compare against        (table macros)
+    -- order by: total_us DESC                       (how `query` sorts)
+    -- default kind: kernel, cpu_op                   (`query` without --kind
+                                                      takes the first present)
+
+and documents each output column with a comment line right above it::
+
+    -- Total time, microseconds.
+    sum(dur_ns) / 1e3 AS total_us,
+
+Files hold only ``CREATE OR REPLACE VIEW|MACRO``; they are re-applied on
+every catalog build, in dependency order (a cycle is an error).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from .errors import ViewError
+
+LAYERS = ("staging", "intermediate", "marts")
+
+_TAG_RE = re.compile(r"^--\s*(requires|param\s+\w+|order by|default kind)\s*:\s*(.*)$", re.IGNORECASE)
+_CREATE_RE = re.compile(
+    r"^\s*CREATE\s+OR\s+REPLACE\s+(VIEW|MACRO)\s+(\w+)", re.IGNORECASE | re.MULTILINE
+)
+_ALIAS_RE = re.compile(r"\bAS\s+\"?(\w+)\"?\s*,?\s*$", re.IGNORECASE)
+_BARE_RE = re.compile(r"^\s*(?:\w+\.)?(\w+)\s*,?\s*$")
+
+
+@dataclass
+class ViewDef:
+    name: str
+    layer: str
+    kind: str  # "view" or "macro"
+    path: Path
+    sql: str
+    description: str
+    requires: list[str] = field(default_factory=list)
+    params: dict[str, str] = field(default_factory=dict)
+    order_by: str | None = None
+    default_kind: list[str] = field(default_factory=list)
+    column_docs: dict[str, str] = field(default_factory=dict)
+
+
+def parse_view_file(path: Path, layer: str) -> ViewDef:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    header: list[str] = []
+    requires: list[str] = []
+    params: dict[str, str] = {}
+    order_by = None
+    default_kind: list[str] = []
+    body_start = 0
+    for i, line in enumerate(lines):
+        if not line.startswith("--"):
+            body_start = i
+            break
+        m = _TAG_RE.match(line)
+        if m:
+            tag, value = m.group(1).lower(), m.group(2).strip()
+            if tag == "requires":
+                requires += [r.strip() for r in value.split(",") if r.strip()]
+            elif tag == "order by":
+                order_by = value
+            elif tag == "default kind":
+                default_kind = [k.strip() for k in value.split(",") if k.strip()]
+            else:
+                params[tag.split()[1]] = value
+        else:
+            header.append(line[2:].strip())
+    else:
+        body_start = len(lines)
+    m = _CREATE_RE.search(text)
+    if not m:
+        raise ViewError(f"{path}: expected CREATE OR REPLACE VIEW|MACRO {path.stem}")
+    kind, name = m.group(1).lower(), m.group(2)
+    if name != path.stem:
+        raise ViewError(f"{path}: defines {name}, but the file name says {path.stem}")
+    description = " ".join(h for h in header if h).strip()
+    if not description:
+        raise ViewError(f"{path}: missing header comment (what the view answers, its grain)")
+    docs: dict[str, str] = {}
+    pending: list[str] = []
+    for line in lines[body_start:]:
+        stripped = line.strip()
+        if stripped.startswith("--"):
+            pending.append(stripped[2:].strip())
+            continue
+        if pending and stripped:
+            col = _ALIAS_RE.search(stripped) or _BARE_RE.match(stripped)
+            if col:
+                docs.setdefault(col.group(1), " ".join(pending))
+        pending = []
+    return ViewDef(name=name, layer=layer, kind=kind, path=path, sql=text,
+                   description=description, requires=requires, params=params,
+                   order_by=order_by, default_kind=default_kind, column_docs=docs)
+
+
+def load_view_files(root: Path) -> list[ViewDef]:
+    """All view files under root, ordered so that dependencies come first."""
+    defs: dict[str, ViewDef] = {}
+    for layer in LAYERS:
+        d = root / layer
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.sql")):
+            v = parse_view_file(path, layer)
+            if v.name in defs:
+                raise ViewError(f"{path}: {v.name} is also defined in {defs[v.name].path}")
+            defs[v.name] = v
+    return _toposort(defs)
+
+
+def _toposort(defs: dict[str, ViewDef]) -> list[ViewDef]:
+    order: list[ViewDef] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise ViewError("cycle in queries/: " + " -> ".join([*chain, name]))
+        state[name] = 1
+        for dep in defs[name].requires:
+            if dep not in defs:
+                raise ViewError(f"{defs[name].path}: requires unknown view {dep}")
+            visit(dep, [*chain, name])
+        state[name] = 2
+        order.append(defs[name])
+
+    for name in defs:
+        visit(name, [])
+    return order
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
+    """Create every view and macro, comment them, and record their docs."""
+    con.execute(
+        "CREATE OR REPLACE TABLE tracedb_views (name VARCHAR, layer VARCHAR, kind VARCHAR,"
+        " description VARCHAR, params JSON, order_by VARCHAR, default_kind VARCHAR[])"
+    )
+    con.execute(
+        "CREATE OR REPLACE TABLE tracedb_view_columns (view_name VARCHAR, column_name VARCHAR,"
+        " position INTEGER, data_type VARCHAR, description VARCHAR)"
+    )
+    for v in defs:
+        try:
+            con.execute(v.sql)
+        except duckdb.Error as e:
+            raise ViewError(f"{v.path}: {e}") from None
+        if v.kind == "view":
+            con.execute(f"COMMENT ON VIEW {v.name} IS {_quote(v.description)}")
+            cols = con.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() "
+                "WHERE table_name = ? AND schema_name = 'main' ORDER BY column_index",
+                [v.name],
+            ).fetchall()
+            for pos, (col, typ) in enumerate(cols):
+                doc = v.column_docs.get(col)
+                if doc:
+                    con.execute(f'COMMENT ON COLUMN {v.name}."{col}" IS {_quote(doc)}')
+                con.execute(
+                    "INSERT INTO tracedb_view_columns VALUES (?, ?, ?, ?, ?)",
+                    [v.name, col, pos, typ, doc],
+                )
+        else:
+            con.execute(f"COMMENT ON MACRO TABLE {v.name} IS {_quote(v.description)}")
+            for pos, (col, doc) in enumerate(v.column_docs.items()):
+                con.execute(
+                    "INSERT INTO tracedb_view_columns VALUES (?, ?, ?, NULL, ?)",
+                    [v.name, col, pos, doc],
+                )
+        con.execute(
+            "INSERT INTO tracedb_views VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [v.name, v.layer, v.kind, v.description, json.dumps(v.params), v.order_by,
+             v.default_kind],
+        )
