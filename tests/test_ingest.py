@@ -1,0 +1,215 @@
+"""Ingest end to end on a folder of small traces with round numbers:
+v1/ (2 ranks), v2/ (2 ranks), infer/{prefill,decode}/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import tracedb
+from oracle import expected_counts
+from conftest import write_trace
+
+
+def _events(rank: int, scale: int) -> list[dict]:
+    """A tiny Kineto-like trace: a CPU op launching a kernel, a B/E pair, an
+    instant, a counter, a flow pair and metadata. Durations scale with the
+    version so v1 and v2 differ."""
+    return [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "main"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 7,
+         "ts": 1000, "dur": 100 * scale, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 7,
+         "ts": 1010, "dur": 10, "args": {"correlation": 5, "External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
+         "ts": 1050, "dur": 200 * scale, "args": {"correlation": 5, "device": 0, "stream": 7,
+                                                 "grid": [4, 1, 1], "block": [128, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7,
+         "ts": 1700, "dur": 50, "args": {"correlation": 6, "device": 0, "stream": 7}},
+        {"ph": "B", "name": "step", "pid": 1, "tid": 7, "ts": 900},
+        {"ph": "E", "name": "step", "pid": 1, "tid": 7, "ts": 2000},
+        {"ph": "i", "name": "marker", "pid": 1, "tid": 7, "ts": 1500, "s": "t"},
+        {"ph": "C", "name": "memory", "pid": 1, "ts": 1000, "args": {"allocated": 10 + rank, "reserved": 20}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 5, "pid": 1, "tid": 7, "ts": 1010},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 5, "pid": 0, "tid": 7, "ts": 1050, "bp": "e"},
+    ]
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    root = tmp_path / "runs"
+    for version, scale in (("v1", 1), ("v2", 2)):
+        for rank in (0, 1):
+            write_trace(root / version / f"rank{rank}.json", _events(rank, scale),
+                        distributedInfo={"backend": "nccl", "rank": rank, "world_size": 2})
+    write_trace(root / "infer" / "prefill" / "rank0.json", _events(0, 1))
+    write_trace(root / "infer" / "decode" / "rank-0.json.gz", _events(0, 3), gz=True)
+    return root
+
+
+EXPECTED = {  # file -> (run, rank, phase)
+    "v1/rank0.json": ("v1", 0, "default"),
+    "v1/rank1.json": ("v1", 1, "default"),
+    "v2/rank0.json": ("v2", 0, "default"),
+    "v2/rank1.json": ("v2", 1, "default"),
+    "infer/prefill/rank0.json": ("infer", 0, "prefill"),
+    "infer/decode/rank-0.json.gz": ("infer", 0, "decode"),
+}
+
+
+def test_events_hold_each_files_complete_events(runs: Path, warehouse: Path):
+    db = tracedb.open(warehouse)
+    report = db.ingest([runs], jobs=1)
+    assert len(report.ingested) == 6 and not report.failed
+    con = db.connect()
+    for rel, (run, rank, phase) in EXPECTED.items():
+        path = runs / rel
+        row = con.execute(
+            "SELECT file_id, run, rank, phase, event_count, flow_count, counter_count FROM traces "
+            "WHERE source_path = ?", [str(path)]).fetchone()
+        assert row[1:4] == (run, rank, phase), rel
+        expected = expected_counts(_events(rank, 1))
+        assert row[4:] == (expected["events"], expected["flows"], expected["counters"])
+        for table, count in expected.items():
+            n = con.execute(f"SELECT count(*) FROM {table} WHERE file_id = ?", [row[0]]).fetchone()[0]
+            assert n == count, (rel, table)
+            part = warehouse / table / f"run={run}" / f"rank={rank}" / f"phase={phase}" / f"{row[0]}.parquet"
+            assert part.exists()
+
+
+def test_values_are_exact(runs: Path, warehouse: Path):
+    db = tracedb.open(warehouse)
+    db.ingest([runs], jobs=1)
+    rows = db.sql(
+        "SELECT run, rank, name, ts_ns, dur_ns, self_ns, device, stream, grid, correlation FROM events "
+        "WHERE cat = 'kernel' AND name = 'gemm' ORDER BY run, rank").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [("infer", 0), ("infer", 0), ("v1", 0), ("v1", 1), ("v2", 0), ("v2", 1)]
+    v2 = [r for r in rows if r[0] == "v2"][0]
+    assert v2[3:] == (1_050_000, 400_000, 400_000, 0, 7, [4, 1, 1], 5)
+    # B/E became one slice of 1100 us; self time: 1100 less the mm op (100 or 200 us)
+    step = db.sql("SELECT ph, dur_ns, self_ns FROM events WHERE run = 'v2' AND rank = 0 AND name = 'step'").fetchall()
+    assert step == [("X", 1_100_000, 900_000)]
+    mm = db.sql("SELECT self_ns FROM events WHERE run = 'v2' AND rank = 0 AND name = 'aten::mm'").fetchall()[0]
+    assert mm == (200_000 - 10_000,)
+    counters = db.sql("SELECT series, value FROM counters WHERE run = 'v1' AND rank = 1 ORDER BY series").fetchall()
+    assert counters == [("allocated", 11.0), ("reserved", 20.0)]
+
+
+def test_hotspots_totals(runs: Path, warehouse: Path):
+    db = tracedb.open(warehouse)
+    db.ingest([runs], jobs=1)
+    rows = db.query("hotspots", run="v2").fetchall()
+    cols = db.query("hotspots", run="v2").columns
+    got = {r[cols.index("name")]: r for r in rows}
+    assert set(got) == {"gemm", "relu"}  # kernels by default
+    gemm = got["gemm"]
+    assert gemm[cols.index("calls")] == 2
+    assert gemm[cols.index("total_us")] == 800.0
+    assert gemm[cols.index("pct_of_total")] == pytest.approx(100 * 800 / 900)
+    by_rank = db.query("hotspots", run="v2", rank=1, kind="cpu_op").fetchall()
+    assert len(by_rank) == 1 and by_rank[0][4] == "aten::mm"
+
+
+def test_ingest_again_changes_nothing(runs: Path, warehouse: Path):
+    db = tracedb.open(warehouse)
+    db.ingest([runs], jobs=1)
+    before = db.sql("SELECT file_id, event_count, ingested_at FROM traces ORDER BY file_id").fetchall()
+    parquet_before = sorted(p.relative_to(warehouse) for p in warehouse.rglob("*.parquet"))
+    report = db.ingest([runs], jobs=1)
+    assert len(report.skipped) == 6 and not report.ingested and not report.failed
+    assert db.sql("SELECT file_id, event_count, ingested_at FROM traces ORDER BY file_id").fetchall() == before
+    assert sorted(p.relative_to(warehouse) for p in warehouse.rglob("*.parquet")) == parquet_before
+    # a touched file with the same content is recognised by its hash
+    (runs / "v1" / "rank0.json").touch()
+    report = tracedb.open(warehouse).ingest([runs], jobs=1)
+    assert len(report.skipped) == 6 and not report.ingested
+
+
+def test_only_the_new_file_is_ingested(runs: Path, warehouse: Path):
+    db = tracedb.open(warehouse)
+    db.ingest([runs], jobs=1)
+    write_trace(runs / "v2" / "rank2.json", _events(2, 2),
+                distributedInfo={"rank": 2, "world_size": 3})
+    report = db.ingest([runs], jobs=2)
+    assert [Path(r.path).name for r in report.ingested] == ["rank2.json"]
+    assert len(report.skipped) == 6
+    assert db.sql("SELECT count(*) FROM traces WHERE status = 'ok'").fetchall()[0] == (7,)
+    assert db.sql("SELECT count(DISTINCT rank) FROM events WHERE run = 'v2'").fetchall()[0] == (3,)
+
+
+def test_parallel_jobs_give_the_same_warehouse(runs: Path, tmp_path: Path):
+    a = tracedb.open(tmp_path / "a")
+    a.ingest([runs], jobs=1)
+    b = tracedb.open(tmp_path / "b")
+    b.ingest([runs], jobs=2)
+    q = "SELECT run, rank, phase, file_id, event_id, ts_ns, dur_ns, self_ns, name FROM events ORDER BY ALL"
+    assert a.sql(q).fetchall() == b.sql(q).fetchall()
+
+
+def test_catalog_opens_read_only_from_another_directory(runs: Path, warehouse: Path, tmp_path: Path):
+    import subprocess
+    import sys
+
+    tracedb.open(warehouse).ingest([runs], jobs=1)
+    code = (
+        "import duckdb, sys\n"
+        f"con = duckdb.connect({str(warehouse / 'tracedb.duckdb')!r}, read_only=True)\n"
+        "print(con.execute('SELECT count(*) FROM events').fetchone()[0])\n"
+        "print(con.execute(\"SELECT sum(calls) FROM hotspots WHERE kind = 'kernel'\").fetchone()[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True)
+    n_events = sum(expected_counts(_events(0, 1))["events"] for _ in range(6))
+    assert out.stdout.split() == [str(n_events), "12"]  # 6 files x 2 kernels
+
+
+def test_rank_override_and_run_override(tmp_path: Path, warehouse: Path):
+    f = write_trace(tmp_path / "x" / "trace.json", _events(0, 1),
+                    distributedInfo={"rank": 5})
+    db = tracedb.open(warehouse)
+    db.ingest([f], run="custom", rank=3, phase="decode", jobs=1)
+    assert db.sql("SELECT run, rank, phase, rank_source FROM traces").fetchall() == [
+        ("custom", 3, "decode", "override")]
+
+
+def test_distributed_info_rank_wins_over_file_name(tmp_path: Path, warehouse: Path):
+    f = write_trace(tmp_path / "r" / "rank7.json", _events(0, 1), distributedInfo={"rank": 2})
+    db = tracedb.open(warehouse)
+    db.ingest([f], jobs=1)
+    row = db.sql("SELECT run, rank, phase, rank_source, distributed_info FROM traces").fetchall()[0]
+    assert row[:4] == ("r", 2, "default", "distributedInfo")
+    assert json.loads(row[4]) == {"rank": 2}
+
+
+def test_failed_file_is_recorded_and_others_ingest(runs: Path, warehouse: Path):
+    (runs / "v1" / "rank9.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1,')
+    db = tracedb.open(warehouse)
+    report = db.ingest([runs], jobs=1)
+    assert len(report.ingested) == 6 and len(report.failed) == 1
+    status, error = db.sql("SELECT status, error FROM traces WHERE source_path LIKE '%rank9.json'").fetchall()[0]
+    assert status == "failed"
+    assert "rank9.json" in error and "truncated" in error
+
+
+def test_a_warehouse_of_another_kind_is_refused(tmp_path: Path, runs: Path):
+    other = tmp_path / "not_a_warehouse"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(tracedb.WarehouseError, match="not a tracedb warehouse"):
+        tracedb.open(other).ingest([runs])
+
+
+def test_empty_warehouse_views_answer(tmp_path: Path):
+    f = tmp_path / "bad" / "x.json"
+    f.parent.mkdir()
+    f.write_text("")
+    db = tracedb.open(tmp_path / "wh")
+    report = db.ingest([f], jobs=1)
+    assert len(report.failed) == 1
+    assert db.sql("SELECT count(*) FROM events").fetchall()[0] == (0,)
+    assert db.query("hotspots").fetchall() == []
+    con = duckdb.connect(str(tmp_path / "wh" / "tracedb.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM traces WHERE status = 'failed'").fetchone() == (1,)
