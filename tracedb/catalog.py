@@ -183,6 +183,10 @@ RAW_COLUMN_DOCS = {
 }
 
 
+# Key columns with one meaning in every view: documented once.
+COMMON_COLUMNS = ("run", "rank", "phase", "file_id", "event_id", "pid", "tid", "args")
+
+
 class Catalog:
     """The catalog file of one warehouse."""
 
@@ -271,7 +275,8 @@ class Catalog:
                 doc = RAW_COLUMN_DOCS.get(col)
                 if doc:
                     con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
-        apply_views(con, load_view_files(resource_dir("queries")))
+        common = {k: RAW_COLUMN_DOCS[k] for k in COMMON_COLUMNS}
+        apply_views(con, load_view_files(resource_dir("queries")), common)
 
     def rebuild(self) -> None:
         """Re-create every view (after a move of the warehouse, or an upgrade)."""

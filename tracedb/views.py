@@ -152,8 +152,13 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
-    """Create every view and macro, comment them, and record their docs."""
+def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
+                common_docs: dict[str, str] | None = None) -> None:
+    """Create every view and macro, comment them, and record their docs.
+
+    ``common_docs`` documents the key columns every layer shares (run, rank,
+    phase, file_id, ...) where a view does not say more itself."""
+    common_docs = common_docs or {}
     con.execute(
         "CREATE OR REPLACE TABLE tracedb_views (name VARCHAR, layer VARCHAR, kind VARCHAR,"
         " description VARCHAR, params JSON, order_by VARCHAR, default_kind VARCHAR[])"
@@ -175,7 +180,7 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
                 [v.name],
             ).fetchall()
             for pos, (col, typ) in enumerate(cols):
-                doc = v.column_docs.get(col)
+                doc = v.column_docs.get(col) or common_docs.get(col)
                 if doc:
                     con.execute(f'COMMENT ON COLUMN {v.name}."{col}" IS {_quote(doc)}')
                 con.execute(

@@ -6,6 +6,7 @@ SELECT
     run, rank, phase,
     -- kernel, cpu_op or annotation.
     'kernel' AS kind,
+    -- Kernel, op or annotation name.
     name,
     -- Duration, nanoseconds.
     dur_ns,

@@ -1,0 +1,100 @@
+"""Catalog: migrations with checksums, the view loader, comments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import tracedb
+from tracedb.catalog import load_migrations, migrate
+from tracedb.errors import MigrationError, ViewError
+from tracedb.views import load_view_files
+from conftest import write_trace
+
+
+def _ingest_one(tmp_path: Path) -> Path:
+    f = write_trace(tmp_path / "runs" / "v1" / "rank0.json", [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5},
+    ])
+    wh = tmp_path / "wh"
+    tracedb.open(wh).ingest([f], jobs=1)
+    return wh
+
+
+def test_migrations_recorded_with_checksums(tmp_path: Path):
+    wh = _ingest_one(tmp_path)
+    con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
+    rows = con.execute("SELECT version, name, checksum FROM schema_version ORDER BY version").fetchall()
+    assert [(r[0], r[1], r[2]) for r in rows] == [(m.version, m.name, m.checksum) for m in load_migrations()]
+
+
+@pytest.mark.parametrize("tamper,message", [
+    ("UPDATE schema_version SET checksum = 'x' WHERE version = 1", "checksum mismatch"),
+    ("INSERT INTO schema_version VALUES (999, 'future', 'x', now())", "newer than this tracedb"),
+])
+def test_tampered_or_newer_catalog_is_an_error(tmp_path: Path, tamper: str, message: str):
+    con = duckdb.connect(str(tmp_path / "c.duckdb"))
+    migrations = load_migrations()
+    assert migrate(con, migrations) == [m.version for m in migrations]
+    assert migrate(con, migrations) == []  # applied once
+    con.execute(tamper)
+    with pytest.raises(MigrationError, match=message):
+        migrate(con, migrations)
+
+
+def test_migration_numbers_are_gapless(tmp_path: Path):
+    (tmp_path / "0001_a.sql").write_text("CREATE TABLE a (i INT);")
+    (tmp_path / "0003_c.sql").write_text("CREATE TABLE c (i INT);")
+    with pytest.raises(MigrationError, match="gapless"):
+        load_migrations(tmp_path)
+
+
+def _view(root: Path, layer: str, name: str, body: str, header: str = "-- Something useful.\n") -> None:
+    (root / layer).mkdir(parents=True, exist_ok=True)
+    (root / layer / f"{name}.sql").write_text(header + body)
+
+
+def test_view_dependency_cycle_is_an_error(tmp_path: Path):
+    _view(tmp_path, "staging", "a", "CREATE OR REPLACE VIEW a AS SELECT * FROM b;", "-- A.\n-- requires: b\n")
+    _view(tmp_path, "staging", "b", "CREATE OR REPLACE VIEW b AS SELECT * FROM a;", "-- B.\n-- requires: a\n")
+    with pytest.raises(ViewError, match="cycle"):
+        load_view_files(tmp_path)
+
+
+def test_views_are_ordered_by_requires(tmp_path: Path):
+    _view(tmp_path, "marts", "m", "CREATE OR REPLACE VIEW m AS SELECT * FROM s;", "-- M.\n-- requires: s\n")
+    _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW s AS SELECT 1 AS x;")
+    assert [v.name for v in load_view_files(tmp_path)] == ["s", "m"]
+
+
+def test_view_needs_a_header_and_matching_name(tmp_path: Path):
+    _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW s AS SELECT 1 AS x;", header="")
+    with pytest.raises(ViewError, match="missing header"):
+        load_view_files(tmp_path)
+    _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW t AS SELECT 1 AS x;")
+    with pytest.raises(ViewError, match="file name says s"):
+        load_view_files(tmp_path)
+
+
+def test_comments_land_in_the_catalog(tmp_path: Path):
+    wh = _ingest_one(tmp_path)
+    con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
+    view_comment = con.execute("SELECT comment FROM duckdb_views() WHERE view_name = 'hotspots'").fetchone()[0]
+    assert "kernels" in view_comment
+    col = con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'hotspots' "
+                      "AND column_name = 'total_us'").fetchone()[0]
+    assert "microseconds" in col
+    undocumented = con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE table_name IN "
+        "(SELECT name FROM tracedb_views WHERE kind = 'view') AND comment IS NULL").fetchall()
+    assert undocumented == []
+
+
+def test_moved_warehouse_is_repointed(tmp_path: Path):
+    wh = _ingest_one(tmp_path)
+    moved = tmp_path / "moved"
+    wh.rename(moved)
+    db = tracedb.open(moved)
+    assert db.sql("SELECT count(*) FROM events").fetchall() == [(1,)]

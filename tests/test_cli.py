@@ -1,0 +1,126 @@
+"""The CLI: exit codes, exact error lines, results on stdout only."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracedb.cli import main
+from conftest import write_trace
+
+EVENTS = [
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": 30},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 200, "dur": 10},
+    {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7, "ts": 300, "dur": 60},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 90, "dur": 20},
+]
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> str:
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    w = str(tmp_path / "wh")
+    res = CliRunner().invoke(main, ["-w", w, "ingest", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    return w
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_ingest_reports_on_stderr(tmp_path: Path):
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    res = _run("-w", str(tmp_path / "wh"), "ingest", str(tmp_path / "runs"))
+    assert res.exit_code == 0
+    assert res.stdout == ""
+    assert "run=v1 phase=default files=1" in res.stderr
+    assert "Ingested 1 file(s): 4 events" in res.stderr
+    res = _run("-w", str(tmp_path / "wh"), "ingest", str(tmp_path / "runs"))
+    assert "skipped 1 already ingested" in res.stderr
+
+
+def test_bad_file_exits_1_with_one_line(tmp_path: Path):
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    (tmp_path / "runs" / "v1" / "rank1.json").write_text("")
+    res = _run("-w", str(tmp_path / "wh"), "ingest", str(tmp_path / "runs"))
+    assert res.exit_code == 1
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: {tmp_path / 'runs' / 'v1' / 'rank1.json'} at byte 0: empty file"]
+
+
+def test_query_json_and_csv(wh: str):
+    res = _run("-w", wh, "query", "hotspots", "--run", "v1", "--format", "json")
+    assert res.exit_code == 0
+    rows = json.loads(res.stdout)
+    assert [(r["name"], r["calls"], r["total_us"]) for r in rows] == [("relu", 1, 60.0), ("gemm", 2, 40.0)]
+    res = _run("-w", wh, "query", "hotspots", "--format", "csv", "--limit", "1")
+    got = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [(r["name"], r["calls"]) for r in got] == [("relu", "1")]
+    res = _run("-w", wh, "query", "hotspots", "--kind", "cpu_op", "--format", "json")
+    assert [r["name"] for r in json.loads(res.stdout)] == ["aten::mm"]
+
+
+def test_query_table(wh: str):
+    res = _run("-w", wh, "query", "hotspots")
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:5] == ["run", "phase", "kind", "name", "rank_count"]
+    assert lines[2].split()[:4] == ["v1", "default", "kernel", "relu"]
+
+
+def test_unknown_view_is_one_error_line(wh: str):
+    res = _run("-w", wh, "query", "nope")
+    assert res.exit_code == 1
+    assert res.stderr.startswith("Error: unknown view 'nope'; known views: ")
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_wrong_option_for_a_view(wh: str):
+    res = _run("-w", wh, "query", "hotspots", "--base", "v0")
+    assert res.exit_code == 1
+    assert res.stderr.strip() == "Error: hotspots takes no --base"
+
+
+def test_missing_warehouse(tmp_path: Path):
+    res = _run("-w", str(tmp_path / "none"), "query", "hotspots")
+    assert res.exit_code == 1
+    assert res.stderr.strip().startswith(f"Error: no tracedb warehouse at {tmp_path / 'none'}")
+
+
+def test_usage_error_exits_2(wh: str):
+    assert _run("-w", wh, "query").exit_code == 2
+    assert _run("-w", wh, "query", "hotspots", "--format", "xml").exit_code == 2
+
+
+def test_sql_runs_read_only(wh: str):
+    res = _run("-w", wh, "sql", "SELECT name, dur_ns FROM events WHERE cat = 'kernel' ORDER BY ts_ns", "-f", "csv")
+    assert res.exit_code == 0
+    assert res.stdout == "name,dur_ns\ngemm,30000\ngemm,10000\nrelu,60000\n"
+    res = _run("-w", wh, "sql", "CREATE TABLE x (i INT)")
+    assert res.exit_code == 1
+    assert res.stderr.startswith("Error: ")
+    assert "read-only" in res.stderr
+
+
+def test_views_and_runs(wh: str):
+    res = _run("-w", wh, "views")
+    assert res.exit_code == 0
+    assert any(line.startswith("hotspots ") for line in res.stdout.splitlines())
+    res = _run("-w", wh, "views", "hotspots")
+    assert "total_us" in res.stdout and "microseconds" in res.stdout
+    res = _run("-w", wh, "runs", "-f", "json")
+    assert [(r["run"], r["phase"], r["file_count"], r["event_count"]) for r in json.loads(res.stdout)] == [
+        ("v1", "default", 1, 4)]
+
+
+@pytest.mark.parametrize("command", sorted(main.commands))
+def test_every_command_has_help_with_an_example(command: str):
+    res = _run(command, "--help")
+    assert res.exit_code == 0
+    assert "Example" in res.output
