@@ -48,3 +48,14 @@ def write_trace(path: Path, events: list[dict], gz: bool = False, **top) -> Path
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     return tmp_path / "wh"
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory) -> Path:
+    """Real Kineto traces captured with torch.profiler on CPU (2-rank gloo
+    jobs): v1, v2 (slower attn(F) region, one extra op), infer/prefill and
+    infer/decode. Made once per test session, in a few seconds per run."""
+    pytest.importorskip("torch")
+    from tracedb.capture import make_demo
+
+    return make_demo(tmp_path_factory.mktemp("demo") / "runs")
