@@ -96,7 +96,8 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
     for (r, p), tfs in sorted(groups.items()):
         ranks = sorted({t.rank for t in tfs})
         shown = ",".join(map(str, ranks[:8])) + (",..." if len(ranks) > 8 else "")
-        _err(f"  run={r} phase={p} files={len(tfs)} ranks(from file names)={shown}")
+        _err(f"  run={r} phase={p} files={len(tfs)} ranks={shown}")
+    _err("  (ranks from file names; a trace's distributedInfo.rank takes precedence)")
     if dry_run:
         for tf in files:
             click.echo(f"{tf.path}\trun={tf.run}\trank={tf.rank}\tphase={tf.phase}")
