@@ -110,12 +110,12 @@ class _Source(io.RawIOBase):
 
 
 def _open_raw(path: Path) -> io.BufferedIOBase:
-    f = open(path, "rb")
-    magic = f.read(2)
-    f.seek(0)
+    """The file's bytes, decompressed when it is gzip (by magic, not name)."""
+    with open(path, "rb") as f:
+        magic = f.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    return f
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
 
 
 def _first_byte(path: Path) -> bytes:
@@ -363,14 +363,14 @@ class TraceParser:
                 if not text[m.end():].strip():
                     return
                 continue
-            try:
-                obj = json.loads("{" + text[m.end():])
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                for k, v in obj.items():
-                    self._set_meta(k, v)
-            return
+            members = _object_members(text, m.end())
+            if members is not None:
+                # In a small file the tail holds the head too, and the first
+                # complete suffix may start before traceEvents: skip it.
+                for k, v in members:
+                    if k != "traceEvents":
+                        self._set_meta(k, v)
+                return
         self.meta.warnings.append(
             "could not read the top-level keys after traceEvents"
         )
@@ -546,6 +546,42 @@ class TraceParser:
                 f"{self.meta.unmatched_begin} B without E, "
                 f"{self.meta.unmatched_end} E without B (kept with NULL dur_ns)"
             )
+
+
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"\s*")
+
+
+def _object_members(text: str, pos: int) -> list[tuple[str, Any]] | None:
+    """Parse ``"key": value, ... }`` from ``pos`` to the end of ``text``
+    (the rest of the top-level object after traceEvents); None when the text
+    there is not exactly that. Parses in place: no copy of the tail per try."""
+    members = []
+    end = len(text)
+    while True:
+        pos = _WS.match(text, pos).end()
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+        except ValueError:
+            return None
+        if not isinstance(key, str):
+            return None
+        pos = _WS.match(text, pos).end()
+        if pos >= end or text[pos] != ":":
+            return None
+        pos = _WS.match(text, pos + 1).end()
+        try:
+            value, pos = _DECODER.raw_decode(text, pos)
+        except ValueError:
+            return None
+        members.append((key, value))
+        pos = _WS.match(text, pos).end()
+        if pos < end and text[pos] == ",":
+            pos += 1
+            continue
+        if pos < end and text[pos] == "}" and not text[pos + 1:].strip():
+            return members
+        return None
 
 
 def _short(e: BaseException) -> str:
