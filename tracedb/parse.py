@@ -10,6 +10,12 @@ before ``traceEvents`` from a short parse of the file's head, keys after it
 (``traceName``, ``baseTimeNanoseconds``, ...) from the last bytes of the
 stream, kept in a ring buffer while the events go by.
 
+Input yajl rejects (NaN/Infinity, invalid UTF-8, raw control characters,
+old Kineto's unescaped quotes, ...) costs nothing here: on such an error the
+file is read again by the tolerant reader (lenient.py), which skips the
+events already parsed and goes on from there. Only truncation ("premature
+EOF") is reported directly.
+
 This module knows nothing of DuckDB, Parquet or click.
 """
 
@@ -18,7 +24,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import re
+import sys
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,14 +37,23 @@ from typing import Any, Iterator
 import ijson
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import TraceFormatError
+from .lenient import LenientReader, describe
 from .schema import ARG_COLUMNS, COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
 
 BATCH_ROWS = 65_536
 _TAIL_BYTES = 2 << 20
 _BOM = b"\xef\xbb\xbf"
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# ts_ns / dur_ns beyond this (146 years) are read as NULL, so that ts + dur
+# and ts + baseTimeNanoseconds never overflow BIGINT downstream.
+_TIME_LIMIT_NS = 1 << 62
+# Nesting deeper than this switches to the tolerant reader: yajl2_c keeps a
+# prefix string per level (memory grows with depth squared).
+_DEPTH_LIMIT = 2048
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 FLOW_PHASES = frozenset("stf")
 
@@ -81,6 +98,7 @@ class _Source(io.RawIOBase):
         self._first = True
         self._tail: deque[bytes] | None = deque() if keep_tail else None
         self._tail_len = 0
+        self._depth = 0  # opening less closing brackets: an estimate of the depth
 
     def readable(self) -> bool:
         return True
@@ -98,6 +116,12 @@ class _Source(io.RawIOBase):
             if data.startswith(_BOM):
                 data = data[3:]
         self.offset += len(data)
+        # Brackets inside strings blur the estimate; going past the limit
+        # only moves the file to the tolerant reader, which is exact.
+        depth = self._depth + data.count(b"[") + data.count(b"{") - data.count(b"]") - data.count(b"}")
+        self._depth = depth if depth > 0 else 0
+        if depth > _DEPTH_LIMIT:
+            raise _TooDeep()
         if self._tail is not None and data:
             self._tail.append(data)
             self._tail_len += len(data)
@@ -226,14 +250,25 @@ def _default(v: Any) -> Any:
     raise TypeError
 
 
+def _default_exact(v: Any) -> Any:
+    """json.dumps default: Decimals exactly (integers of any size), and
+    non-finite values as null (valid JSON, as orjson writes them)."""
+    if isinstance(v, Decimal):
+        if v.is_finite() and v == v.to_integral_value():
+            return int(v)
+        f = float(v)
+        return f if math.isfinite(f) else None
+    return str(v)
+
+
 def _dump_args(args: Any) -> str | None:
     if args is None:
         return None
     try:
         return orjson.dumps(args, default=_default).decode()
     except TypeError:
-        # integers past 64 bits, NaN/Infinity and other rare values
-        return json.dumps(_jsonable(args), ensure_ascii=False, default=str)
+        # integers past 64 bits, nesting past orjson's 255 levels, other rare values
+        return json.dumps(args, ensure_ascii=False, default=_default_exact)
 
 
 def _id_text(v: Any) -> str | None:
@@ -264,10 +299,42 @@ class _Columns:
         self.rows = 0
 
     def batch(self) -> pa.RecordBatch:
-        arrays = [pa.array(self.cols[n], type=self.schema.field(n).type) for n in self.names]
+        try:
+            arrays = [pa.array(self.cols[n], type=self.schema.field(n).type) for n in self.names]
+        except (OverflowError, UnicodeEncodeError, pa.ArrowInvalid):
+            arrays = [self._array_sanitized(n) for n in self.names]
+        for i, n in enumerate(self.names):
+            if n in ("ts_ns", "dur_ns"):
+                arrays[i] = self._clamp(arrays[i])
         self.cols = {n: [] for n in self.names}
         self.rows = 0
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    # Rare values, handled off the fast path: integers past int64 (NULL) and
+    # strings with lone surrogates (U+FFFD); times past _TIME_LIMIT_NS (NULL).
+    out_of_range = 0
+    surrogates = 0
+
+    def _array_sanitized(self, name: str) -> pa.Array:
+        typ = self.schema.field(name).type
+        values = self.cols[name]
+        if pa.types.is_int64(typ):
+            ok = [v if v is None or _INT64_MIN <= v <= _INT64_MAX else None for v in values]
+            self.out_of_range += sum(1 for a, b in zip(values, ok) if a is not None and b is None)
+            values = ok
+        elif pa.types.is_string(typ):
+            fixed = [_SURROGATE.sub("\ufffd", v) if type(v) is str else v for v in values]
+            self.surrogates += sum(1 for a, b in zip(values, fixed) if a is not b and a != b)
+            values = fixed
+        return pa.array(values, type=typ)
+
+    def _clamp(self, arr: pa.Array) -> pa.Array:
+        lo, hi = pc.min_max(arr).values()
+        if lo.as_py() is None or (-_TIME_LIMIT_NS <= lo.as_py() and hi.as_py() <= _TIME_LIMIT_NS):
+            return arr
+        bad = pc.greater(pc.abs(arr), _TIME_LIMIT_NS)
+        self.out_of_range += pc.sum(bad).as_py() or 0
+        return pc.if_else(bad, pa.scalar(None, arr.type), arr)
 
 
 class TraceParser:
@@ -297,12 +364,22 @@ class TraceParser:
     # -- top level --------------------------------------------------------
 
     def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        # ijson's C backend crashes (segfault) on an integer longer than
+        # Python's int-from-string limit (4300 digits): lift it while parsing.
+        limit = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(0)
+        try:
+            yield from self._batches()
+        finally:
+            sys.set_int_max_str_digits(limit)
+
+    def _batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         if self.path.stat().st_size == 0:
             raise self._error("empty file", "byte 0")
         try:
             first = _first_byte(self.path)
         except (OSError, EOFError, zlib.error) as e:
-            raise self._error(f"corrupt gzip: {e}", "byte 0") from None
+            raise self._error(f"corrupt gzip: {_short(e)}", "byte 0") from None
         if first == b"[":
             self.meta.form = "array"
             prefix = "item"
@@ -312,17 +389,30 @@ class TraceParser:
             self._read_head()
         elif first == b"":
             raise self._error("empty file (only whitespace)", "byte 0")
-        else:
+        elif 0x20 <= first[0] < 0x7f:
             raise self._error(
-                f"not JSON: starts with {first!r}, expected '{{' or '['", "byte 0"
+                f"not a trace: starts with {first.decode()!r}, expected '{{' or '['", "byte 0"
             )
+        else:
+            raise self._error(f"not JSON: binary data (byte 0x{first[0]:02x})", "byte 0")
+        self._lenient = False
         yield from self._read_events(prefix)
-        if self.meta.form == "object":
+        if self.meta.form == "object" and not self._lenient:
             self._read_tail()
         for table, cols in (("events", self._events), ("flows", self._flows),
                             ("counters", self._counters)):
             if cols.rows:
                 yield table, cols.batch()
+        n = sum(c.surrogates for c in (self._events, self._flows, self._counters))
+        if n:
+            self.meta.warnings.append(f"{n} string(s) with lone surrogate escapes: U+FFFD in their place")
+        n = sum(c.out_of_range for c in (self._events, self._flows, self._counters))
+        if n:
+            self.meta.warnings.append(
+                f"{n} value(s) out of range (times past 2^62 ns, integers past int64) read as NULL")
+        m = self.meta
+        if m.ts_min_ns is not None and not (-_TIME_LIMIT_NS <= m.ts_min_ns <= m.ts_max_ns <= _TIME_LIMIT_NS):
+            m.ts_min_ns = m.ts_max_ns = None
 
     def _read_head(self) -> None:
         """Top-level keys before traceEvents (a short parse of the head)."""
@@ -333,10 +423,13 @@ class TraceParser:
                 builder = None
                 key = None
                 for prefix, event, value in ijson.parse(src, use_float=False):
+                    if found == "key":  # the token after "traceEvents":
+                        found = event == "start_array" or "not an array"
+                        break
                     if prefix == "" and event == "map_key":
                         if value == "traceEvents":
-                            found = True
-                            break
+                            found = "key"
+                            continue
                         key = value
                         builder = ijson.ObjectBuilder()
                         continue
@@ -402,6 +495,7 @@ class TraceParser:
             raise self._error(f"cannot open: {e.strerror or e}", "byte 0") from None
         self._source = src = _Source(raw)
         index = 0
+        why = None  # why yajl gave up, when the tolerant reader takes over
         try:
             with raw:
                 for ev in ijson.items(src, prefix, use_float=False):
@@ -417,20 +511,73 @@ class TraceParser:
                         yield "flows", self._flows.batch()
                     if self._counters.rows >= self.batch_rows:
                         yield "counters", self._counters.batch()
-        except ijson.IncompleteJSONError as e:
-            raise self._error(f"truncated JSON ({_short(e)})", f"byte {src.offset}, event {index}") from None
-        except ijson.JSONError as e:
-            raise self._error(f"invalid JSON ({_short(e)})", f"byte {src.offset}, event {index}") from None
-        except UnicodeDecodeError as e:
-            raise self._error(f"invalid UTF-8 ({e.reason})", f"byte {src.offset}, event {index}") from None
-        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        except ijson.JSONError as e:  # IncompleteJSONError too: yajl2_c raises it for any error
+            if "premature EOF" in str(e):
+                raise self._error(f"truncated JSON: the file ends inside event {index}",
+                                  f"byte {src.offset}, event {index}") from None
+            why = _short(e)
+        except UnicodeDecodeError as e:  # a lone low surrogate escape, decoded by ijson
+            why = f"invalid UTF-8 ({e.reason})"
+        except _TooDeep:
+            why = f"nested deeper than {_DEPTH_LIMIT} levels"
+        except RecursionError:
+            raise self._error(f"event {index} is nested too deeply (over ~900 levels)",
+                              f"byte {src.offset}, event {index}") from None
+        except EOFError:
+            raise self._error("truncated gzip: the compressed stream ends early",
+                              f"byte {src.offset}, event {index}") from None
+        except (zlib.error, gzip.BadGzipFile) as e:
             raise self._error(f"corrupt gzip: {_short(e)}", f"byte {src.offset}, event {index}") from None
+        if why is not None:
+            index = yield from self._read_lenient(index, why)
         self.meta.json_event_count = index
-        if self.meta.form == "object" and index == 0 and not getattr(self, "_has_events_key", False):
+        found = getattr(self, "_has_events_key", False)
+        if self.meta.form == "object" and index == 0 and found is not True:
+            if found == "not an array":
+                raise self._error("not a trace: traceEvents is not an array", "byte 0")
             raise self._error("not a trace: no traceEvents array", "byte 0")
         if self.meta.form == "array" and index > 0 and self.meta.skipped_count == index:
             raise self._error("not a trace: the array holds no event objects", "byte 0")
         self._close_open_slices()
+
+    def _read_lenient(self, skip: int, why: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """Read the file again with the tolerant reader, from the start,
+        skipping the ``skip`` events the fast path already added. Returns
+        the number of items in the event array."""
+        self._lenient = True
+        raw = _open_raw(self.path)
+        reader = LenientReader(raw, str(self.path), self._set_meta)
+        try:
+            with raw:
+                for ev in reader.events():
+                    index = reader.index - 1
+                    if index < skip:
+                        continue
+                    if type(ev) is not dict:
+                        self.meta.skipped_count += 1
+                        continue
+                    self._add(index, ev)
+                    for table, cols in (("events", self._events), ("flows", self._flows),
+                                        ("counters", self._counters)):
+                        if cols.rows >= self.batch_rows:
+                            yield table, cols.batch()
+        except EOFError:
+            raise self._error("truncated gzip: the compressed stream ends early",
+                              f"byte {reader.offset()}, event {reader.index}") from None
+        except (zlib.error, gzip.BadGzipFile) as e:
+            raise self._error(f"corrupt gzip: {_short(e)}",
+                              f"byte {reader.offset()}, event {reader.index}") from None
+        except RecursionError:
+            raise self._error(f"event {reader.index} is nested too deeply (over ~900 levels)",
+                              f"byte {reader.offset()}, event {reader.index}") from None
+        self.meta.form = reader.form or self.meta.form
+        self._has_events_key = reader.has_events_key
+        done = describe(reader.repairs)
+        self.meta.warnings.append(
+            f"yajl rejected the input ({why}); read with the tolerant reader"
+            + (f": {done}" if done else "")
+        )
+        return reader.index
 
     def _add(self, index: int, ev: dict) -> None:
         ph = ev.get("ph")
@@ -584,6 +731,12 @@ def _object_members(text: str, pos: int) -> list[tuple[str, Any]] | None:
         return None
 
 
+class _TooDeep(Exception):
+    """Raised by _Source when the input nests deeper than _DEPTH_LIMIT."""
+
+
 def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
+    arg = e.args[0] if e.args else None
+    text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(e)
+    text = text.strip().splitlines()
     return text[0][:200] if text else type(e).__name__
