@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import duckdb
 import pyarrow as pa
 
-from .errors import MigrationError, WarehouseError
+from .errors import MigrationError, ViewError, WarehouseError
 from .schema import SCHEMAS
 from .views import apply_views, load_view_files
 
@@ -187,6 +187,43 @@ RAW_COLUMN_DOCS = {
 COMMON_COLUMNS = ("run", "rank", "phase", "file_id", "event_id", "pid", "tid", "args")
 
 
+COMM_PATTERNS_CSV = "comm_patterns.csv"
+COMM_SOURCES = ("kernel", "annotation", "cpu_op")
+
+
+def load_comm_patterns(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Copy the user's communication patterns (``<warehouse>/comm_patterns.csv``:
+    source, pattern, library, collective; first matching row wins) into the
+    table ``user_comm_patterns``, which replaces the defaults of the
+    ``comm_patterns`` view when it has rows. Without the file it is empty."""
+    con.execute(
+        "CREATE OR REPLACE TABLE user_comm_patterns (priority BIGINT, source VARCHAR,"
+        " pattern VARCHAR, library VARCHAR, collective VARCHAR)"
+    )
+    if not path.exists():
+        return
+    try:
+        con.execute(
+            "INSERT INTO user_comm_patterns SELECT row_number() OVER (), lower(trim(source)),"
+            " pattern, library, nullif(trim(collective), '')"
+            " FROM read_csv(?, header = true, all_varchar = true)",
+            [str(path)],
+        )
+        bad = con.execute(
+            "SELECT source, pattern FROM user_comm_patterns"
+            " WHERE NOT coalesce(list_contains(?, source), false) OR coalesce(pattern, '') = '' LIMIT 1",
+            [list(COMM_SOURCES)],
+        ).fetchone()
+        con.execute("SELECT count(*) FROM user_comm_patterns WHERE regexp_matches('', pattern)")
+    except duckdb.Error as e:
+        raise ViewError(f"{path}: {str(e).splitlines()[0]}") from None
+    if bad:
+        raise ViewError(
+            f"{path}: source {bad[0]!r}, pattern {bad[1]!r}: source must be one of "
+            f"{', '.join(COMM_SOURCES)} and the pattern not empty"
+        )
+
+
 class Catalog:
     """The catalog file of one warehouse."""
 
@@ -275,6 +312,7 @@ class Catalog:
                 doc = RAW_COLUMN_DOCS.get(col)
                 if doc:
                     con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
+        load_comm_patterns(con, self.warehouse / COMM_PATTERNS_CSV)
         common = {k: RAW_COLUMN_DOCS[k] for k in COMMON_COLUMNS}
         apply_views(con, load_view_files(resource_dir("queries")), common)
 

@@ -137,20 +137,23 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
 @click.option("--rank", type=int, help="One rank (views with a per-rank variant use it).")
 @click.option("--phase", help="Phase to show.")
 @click.option("--kind", help="kernel, cpu_op or annotation (hotspots; default: kernels if any).")
+@click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%').")
 @click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
 @click.pass_context
-def query(ctx, name, run, base, rank, phase, kind, limit, fmt, output):
+def query(ctx, name, run, base, rank, phase, kind, span, limit, fmt, output):
     """Run a view of the library (see `tracedb views`).
 
     \b
     Example:
       tracedb query hotspots --run v2 --kind kernel --limit 10
       tracedb query hotspots --run v2 --format csv > hotspots.csv
+      tracedb query regressions --base v1 --run v2
+      tracedb query latency --run v2 --span 'forward%'
     """
     db = _db(ctx)
-    rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit)
+    rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span)
     _emit(rel, fmt, output)
 
 

@@ -152,13 +152,28 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def _macro_columns(con: duckdb.DuckDBPyConnection, v: ViewDef) -> list[tuple[str, str]] | None:
+    """(name, type) of a table macro's output, bound with NULL for each
+    required parameter (those whose doc gives no default); None if that
+    does not bind."""
+    required = ", ".join("NULL" for doc in v.params.values() if "default" not in doc)
+    try:
+        rows = con.execute(f"DESCRIBE SELECT * FROM {v.name}({required})").fetchall()
+    except duckdb.Error:
+        return None
+    return [(r[0], r[1]) for r in rows]
+
+
 def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
                 common_docs: dict[str, str] | None = None) -> None:
     """Create every view and macro, comment them, and record their docs.
 
     ``common_docs`` documents the key columns every layer shares (run, rank,
-    phase, file_id, ...) where a view does not say more itself."""
+    phase, file_id, ...) where a view does not say more itself. A column a
+    view passes through undocumented takes the doc of the same column in a
+    view it requires."""
     common_docs = common_docs or {}
+    applied: dict[str, dict[str, str]] = {}
     con.execute(
         "CREATE OR REPLACE TABLE tracedb_views (name VARCHAR, layer VARCHAR, kind VARCHAR,"
         " description VARCHAR, params JSON, order_by VARCHAR, default_kind VARCHAR[])"
@@ -172,6 +187,11 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
             con.execute(v.sql)
         except duckdb.Error as e:
             raise ViewError(f"{v.path}: {e}") from None
+        docs = {**common_docs}
+        for dep in reversed(v.requires):
+            docs.update(applied.get(dep, {}))
+        docs.update(v.column_docs)
+        applied[v.name] = docs
         if v.kind == "view":
             con.execute(f"COMMENT ON VIEW {v.name} IS {_quote(v.description)}")
             cols = con.execute(
@@ -180,7 +200,7 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
                 [v.name],
             ).fetchall()
             for pos, (col, typ) in enumerate(cols):
-                doc = v.column_docs.get(col) or common_docs.get(col)
+                doc = docs.get(col)
                 if doc:
                     con.execute(f'COMMENT ON COLUMN {v.name}."{col}" IS {_quote(doc)}')
                 con.execute(
@@ -189,10 +209,11 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
                 )
         else:
             con.execute(f"COMMENT ON MACRO TABLE {v.name} IS {_quote(v.description)}")
-            for pos, (col, doc) in enumerate(v.column_docs.items()):
+            cols = _macro_columns(con, v) or [(col, None) for col in v.column_docs]
+            for pos, (col, typ) in enumerate(cols):
                 con.execute(
-                    "INSERT INTO tracedb_view_columns VALUES (?, ?, ?, NULL, ?)",
-                    [v.name, col, pos, doc],
+                    "INSERT INTO tracedb_view_columns VALUES (?, ?, ?, ?, ?)",
+                    [v.name, col, pos, typ, docs.get(col)],
                 )
         con.execute(
             "INSERT INTO tracedb_views VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -25,6 +25,8 @@ SELECT
     -- Thread id.
     tid,
     -- External id.
-    external_id
+    external_id,
+    -- Complete args (Input Dims, Input type, ... when shapes were recorded).
+    args
 FROM events
 WHERE ph = 'X' AND lower(cat) IN ('user_annotation', 'gpu_user_annotation') AND dur_ns IS NOT NULL;

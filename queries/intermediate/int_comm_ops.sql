@@ -1,0 +1,144 @@
+-- Every communication op, classified by comm_patterns: on GPU traces the
+-- collective kernel (NCCL/RCCL, DeepEP); on CPU-only traces the gloo:*
+-- annotation, else (trace files with neither) the c10d::* op. Message size
+-- from the kernel's args, else the record_param_comms op sharing its
+-- External id, else (CPU) the recorded Input Dims and Input type; group size
+-- from the same, else the trace's process groups.
+-- Grain: one row per communication op.
+-- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_calls, int_steps, stg_comm_args, stg_process_groups, dtype_sizes
+CREATE OR REPLACE VIEW int_comm_ops AS
+WITH kernels AS (
+    SELECT
+        k.run, k.rank, k.phase, k.file_id, k.event_id, 'kernel' AS source, n.library, k.name,
+        coalesce(n.collective, a.collective_name, p.collective_name, n.name_collective) AS raw_collective,
+        k.ts_ns, k.dur_ns, k.device, k.stream, l.step,
+        coalesce(greatest(a.in_msg_nelems, a.out_msg_nelems), greatest(p.in_msg_nelems, p.out_msg_nelems)) AS msg_nelems,
+        coalesce(a.dtype, p.dtype) AS dtype,
+        coalesce(a.group_size, p.group_size) AS group_size,
+        coalesce(a.pg_name, p.pg_name) AS pg_name,
+        coalesce(a.pg_desc, p.pg_desc) AS pg_desc
+    FROM stg_kernels k
+    JOIN int_comm_names n ON n.source = 'kernel' AND n.name = k.name
+    LEFT JOIN int_launch_calls l
+        ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
+       AND l.correlation = k.correlation
+    LEFT JOIN stg_comm_args a
+        ON a.run = k.run AND a.rank = k.rank AND a.phase = k.phase AND a.file_id = k.file_id
+       AND a.event_id = k.event_id AND a.source = 'kernel'
+    LEFT JOIN stg_comm_args p
+        ON p.run = k.run AND p.rank = k.rank AND p.phase = k.phase AND p.file_id = k.file_id
+       AND p.external_id = coalesce(l.external_id, k.external_id) AND p.name = 'record_param_comms'
+),
+cpu AS (
+    SELECT a.run, a.rank, a.phase, a.file_id, a.event_id, 'annotation' AS source, a.name, a.ts_ns, a.dur_ns, a.args
+    FROM stg_annotations a
+    WHERE a.side = 'cpu'
+    UNION ALL
+    SELECT o.run, o.rank, o.phase, o.file_id, o.event_id, 'cpu_op' AS source, o.name, o.ts_ns, o.dur_ns, o.args
+    FROM stg_cpu_ops o
+),
+cpu_comm AS (
+    SELECT c.*, n.library, n.collective, n.name_collective, c.args -> '$."Input Dims"[0]' AS dims
+    FROM cpu c
+    JOIN int_comm_names n ON n.source = c.source AND n.name = c.name
+),
+cpu_ops AS (
+    SELECT
+        c.run, c.rank, c.phase, c.file_id, c.event_id, c.source, c.library, c.name,
+        coalesce(c.collective, c.name_collective) AS raw_collective,
+        c.ts_ns, c.dur_ns, NULL::BIGINT AS device, NULL::BIGINT AS stream,
+        CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step,
+        -- one tensor: the product of its dims; a tensor list: the sum over its tensors
+        CASE WHEN json_type(c.dims -> '$[0]') = 'ARRAY'
+             THEN CAST(list_sum(list_transform(TRY_CAST(c.dims AS BIGINT[][]), lambda d: list_product(d))) AS BIGINT)
+             ELSE CAST(list_product(TRY_CAST(c.dims AS BIGINT[])) AS BIGINT)
+        END AS msg_nelems,
+        c.args ->> '$."Input type"[0]' AS dtype,
+        NULL::BIGINT AS group_size, NULL::VARCHAR AS pg_name, NULL::VARCHAR AS pg_desc
+    FROM cpu_comm c
+    ASOF LEFT JOIN int_steps s
+        ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns
+),
+preferred AS (
+    SELECT * FROM kernels
+    UNION ALL
+    SELECT * FROM cpu_ops WHERE source = 'annotation'
+),
+ops AS (
+    SELECT * FROM preferred
+    UNION ALL
+    SELECT * FROM cpu_ops c
+    WHERE c.source = 'cpu_op' AND NOT EXISTS (SELECT 1 FROM preferred p WHERE p.file_id = c.file_id)
+),
+file_groups AS (
+    SELECT file_id, CASE WHEN count(DISTINCT pg_size) = 1 THEN min(pg_size) END AS only_pg_size
+    FROM stg_process_groups
+    GROUP BY file_id
+),
+classified AS (
+    SELECT
+        o.*,
+        lower(regexp_replace(coalesce(o.raw_collective, ''), '[^A-Za-z0-9]', '', 'g')) AS k,
+        coalesce(o.group_size, g.pg_size, f.only_pg_size) AS n_ranks,
+        lower(regexp_replace(trim(o.dtype), '^(c10::|at::|torch\.)', '')) AS dtype_key
+    FROM ops o
+    LEFT JOIN stg_process_groups g ON g.file_id = o.file_id AND g.pg_name = o.pg_name
+    LEFT JOIN file_groups f ON f.file_id = o.file_id
+),
+named AS (
+    SELECT
+        *,
+        CASE
+            WHEN k LIKE 'allreduce%' THEN 'allreduce'
+            WHEN k LIKE 'allgather%' THEN 'allgather'
+            WHEN k LIKE 'reducescatter%' THEN 'reducescatter'
+            WHEN k LIKE 'alltoall%' THEN 'alltoall'
+            WHEN k LIKE 'broadcast%' THEN 'broadcast'
+            WHEN k LIKE 'sendrecv%' THEN 'sendrecv'
+            WHEN k LIKE 'send%' THEN 'send'
+            WHEN k LIKE 'recv%' THEN 'recv'
+            WHEN k LIKE 'reduce%' THEN 'reduce'
+            WHEN k LIKE 'gather%' THEN 'gather'
+            WHEN k LIKE 'scatter%' THEN 'scatter'
+            WHEN k LIKE '%barrier%' THEN 'barrier'
+            WHEN k IN ('', 'generic') THEN 'unknown'
+            ELSE k
+        END AS collective
+    FROM classified
+)
+SELECT
+    c.run, c.rank, c.phase, c.file_id, c.event_id,
+    -- kernel (GPU kernel), annotation (gloo:* on the CPU) or cpu_op (c10d::*).
+    c.source,
+    -- Communication library (nccl, deepep, gloo, c10d, ...).
+    c.library,
+    -- Event name.
+    c.name,
+    -- Collective, lower case without separators (allreduce, allgather, reducescatter, alltoall, broadcast, reduce, sendrecv, send, recv, barrier, dispatch, combine, notify, ...); unknown when neither args nor name say.
+    c.collective,
+    -- Start, nanoseconds.
+    c.ts_ns,
+    -- Duration, nanoseconds.
+    c.dur_ns,
+    -- End, nanoseconds.
+    c.ts_ns + c.dur_ns AS end_ns,
+    -- GPU index (NULL on the CPU).
+    c.device,
+    -- Stream (NULL on the CPU).
+    c.stream,
+    -- Profiler step (kernels: of the launch); NULL outside steps.
+    c.step,
+    -- Elements in the message: the larger of input and output (the total size, as nccl-tests counts it); NULL when unknown.
+    c.msg_nelems,
+    -- Element type as the trace writes it.
+    c.dtype,
+    -- Message size (msg_nelems x element size), bytes; NULL when unknown.
+    c.msg_nelems * d.element_bytes AS msg_bytes,
+    -- Ranks taking part; NULL when unknown.
+    c.n_ranks AS group_size,
+    -- Process group name.
+    c.pg_name,
+    -- Process group description.
+    c.pg_desc
+FROM named c
+LEFT JOIN dtype_sizes d ON d.dtype = c.dtype_key;

@@ -1,0 +1,39 @@
+-- Latency of the spans matching a name or SQL LIKE pattern, over all ranks
+-- (by_rank false, rank NULL) and per rank (by_rank true): what latency and
+-- latency_by_rank show.
+-- Grain: one row per run, phase, kind, and rank when by_rank.
+-- param span: span name or SQL LIKE pattern (default 'ProfilerStep#%': the profiler steps)
+-- requires: int_op_durations
+CREATE OR REPLACE MACRO int_latency(span := 'ProfilerStep#%') AS TABLE
+SELECT
+    run,
+    -- Rank (by_rank); NULL over all ranks.
+    rank,
+    phase,
+    -- annotation, cpu_op or kernel.
+    kind,
+    -- The name or pattern asked for.
+    span AS span_pattern,
+    -- True: one rank; false: all ranks together.
+    GROUPING(rank) = 0 AS by_rank,
+    -- Distinct names matched.
+    count(DISTINCT name) AS name_count,
+    -- Ranks the spans ran on.
+    count(DISTINCT rank) AS rank_count,
+    -- Number of spans.
+    count(*) AS calls,
+    -- Mean duration, microseconds.
+    avg(dur_ns) / 1e3 AS avg_us,
+    -- Median duration (linear interpolation), microseconds.
+    quantile_cont(dur_ns, 0.5) / 1e3 AS p50_us,
+    -- 95th percentile duration (linear interpolation), microseconds.
+    quantile_cont(dur_ns, 0.95) / 1e3 AS p95_us,
+    -- 99th percentile duration (linear interpolation), microseconds.
+    quantile_cont(dur_ns, 0.99) / 1e3 AS p99_us,
+    -- Shortest duration, microseconds.
+    min(dur_ns) / 1e3 AS min_us,
+    -- Longest duration, microseconds.
+    max(dur_ns) / 1e3 AS max_us
+FROM int_op_durations
+WHERE name LIKE span
+GROUP BY GROUPING SETS ((run, phase, kind), (run, rank, phase, kind));

@@ -1,0 +1,44 @@
+-- The CPU-side runtime/driver call behind each correlation id
+-- (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel, cudaMemcpyAsync, ...)
+-- with the profiler step it was made in. Kernels and copies join it on
+-- correlation. GPU-side sync events (cat cuda_sync) that repeat a
+-- correlation are left out; of several calls, the earliest is kept.
+-- Grain: one row per run, rank, phase, trace file and correlation id.
+-- requires: stg_runtime_calls, int_steps
+CREATE OR REPLACE VIEW int_launch_calls AS
+WITH calls AS (
+    SELECT
+        run, rank, phase, file_id, correlation,
+        arg_min({'event_id': event_id, 'name': name, 'ts_ns': ts_ns, 'dur_ns': dur_ns, 'pid': pid,
+                 'tid': tid, 'external_id': external_id}, (ts_ns, event_id)) AS c
+    FROM stg_runtime_calls
+    WHERE correlation IS NOT NULL AND lower(cat) <> 'cuda_sync'
+    GROUP BY run, rank, phase, file_id, correlation
+),
+flat AS (
+    SELECT run, rank, phase, file_id, correlation, c.event_id, c.name, c.ts_ns, c.dur_ns, c.pid, c.tid, c.external_id
+    FROM calls
+)
+SELECT
+    c.run, c.rank, c.phase, c.file_id,
+    -- Correlation id shared with the kernel or copy the call started.
+    c.correlation,
+    -- Event id of the call.
+    c.event_id,
+    -- API name (cudaLaunchKernel, ...).
+    c.name,
+    -- Call start, nanoseconds.
+    c.ts_ns,
+    -- Call duration, nanoseconds.
+    c.dur_ns,
+    -- Process id of the calling thread.
+    c.pid,
+    -- Calling thread.
+    c.tid,
+    -- External id of the CPU op that made the call.
+    c.external_id,
+    -- Profiler step whose ProfilerStep#N range holds the call start; NULL outside steps.
+    CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step
+FROM flat c
+ASOF LEFT JOIN int_steps s
+    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns;
