@@ -16,7 +16,8 @@ from typing import Callable
 
 import duckdb
 
-from .catalog import CATALOG_NAME, Catalog
+from .catalog import CATALOG_NAME, COMM_PATTERNS_CSV, Catalog
+from .check import CheckReport, check
 from .discover import TraceFile, discover
 from .errors import WarehouseError
 from .ingest import FileResult, IngestReport, run_ingest
@@ -44,7 +45,7 @@ class TraceDB:
         if w.exists() and not w.is_dir():
             raise WarehouseError(f"{w}: exists and is not a folder")
         if w.is_dir() and not (w / CATALOG_NAME).exists() and any(
-            p.name not in {"events", "flows", "counters", ".staging", ".tracedb.lock"}
+            p.name not in {"events", "flows", "counters", ".staging", ".tracedb.lock", COMM_PATTERNS_CSV}
             for p in w.iterdir()
         ):
             raise WarehouseError(
@@ -75,6 +76,12 @@ class TraceDB:
         self._check_writable_target()
         self.close()
         self.catalog.rebuild()
+
+    def check(self, repair: bool = False, on_wait: Callable[[str], None] | None = None) -> CheckReport:
+        """Verify the warehouse (orphan or missing Parquet files, row counts,
+        leftovers of killed ingests); with ``repair``, fix what it finds."""
+        self.close()
+        return check(self.warehouse, repair=repair, on_wait=on_wait)
 
     # -- reading ----------------------------------------------------------
 

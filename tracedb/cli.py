@@ -228,5 +228,45 @@ def runs(ctx, fmt):
     _emit(_db(ctx).runs(), fmt, None)
 
 
+@main.command()
+@click.option("--repair", is_flag=True,
+              help="Remove orphan files and leftovers; unregister broken traces so that the next ingest redoes them.")
+@click.pass_context
+def check(ctx, repair):
+    """Verify the warehouse: every Parquet file belongs to a registered trace,
+    every trace's files exist and hold its row counts, and nothing is left
+    over from a killed ingest. Exits 1 while a problem remains.
+
+    \b
+    Example:
+      tracedb check
+      tracedb check --repair
+    """
+    report = _db(ctx).check(repair=repair, on_wait=lambda m: _err(m + " ..."))
+    for problem in report.problems:
+        click.echo(str(problem))
+    click.echo(report.summary())
+    if not report.ok:
+        if not repair:
+            _err("Run `tracedb check --repair` to fix them.")
+        ctx.exit(1)
+
+
+@main.command()
+@click.pass_context
+def migrate(ctx):
+    """Apply pending catalog migrations and re-create every view: after
+    upgrading tracedb, moving the warehouse, or writing
+    <warehouse>/comm_patterns.csv.
+
+    \b
+    Example:
+      tracedb query comm_patterns -f csv -o tracedb/comm_patterns.csv
+      tracedb migrate
+    """
+    _db(ctx).rebuild_views()
+    _err("Views rebuilt.")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main(prog_name=os.path.basename(sys.argv[0]))
