@@ -267,13 +267,15 @@ class Catalog:
         """A read-write connection to a private copy of the catalog, swapped
         in atomically when the block ends without error."""
         with self.lock(on_wait):
-            tmp = self.warehouse / f".{CATALOG_NAME}.{os.getpid()}.tmp"
-            for stale in (tmp, Path(str(tmp) + ".wal")):
+            # Copies exist only under this lock: any found now are a killed writer's.
+            for stale in self.warehouse.glob(f".{CATALOG_NAME}.*.tmp*"):
                 stale.unlink(missing_ok=True)
+            tmp = self.warehouse / f".{CATALOG_NAME}.{os.getpid()}.tmp"
             try:
                 if self.path.exists():
                     shutil.copyfile(self.path, tmp)
             except OSError as e:
+                tmp.unlink(missing_ok=True)
                 raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
             try:
                 con = duckdb.connect(str(tmp))
@@ -287,10 +289,13 @@ class Catalog:
                 con.execute("CHECKPOINT")
                 con.close()
                 os.replace(tmp, self.path)
-            except BaseException:
+            except BaseException as e:
                 con.close()
                 tmp.unlink(missing_ok=True)
                 Path(str(tmp) + ".wal").unlink(missing_ok=True)
+                if isinstance(e, (duckdb.IOException, OSError)):  # e.g. the disk is full
+                    raise WarehouseError(f"{self.warehouse}: cannot write the catalog: "
+                                         f"{getattr(e, 'strerror', None) or str(e).splitlines()[0]}") from None
                 raise
 
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 import duckdb
+import pyarrow as pa
 
-from . import __version__
+from . import __version__, locks
 from .catalog import Catalog
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
@@ -158,8 +159,10 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, threads=threads)
         files = writer.publish(tf.run, tf.rank, tf.phase)
-    except TraceFormatError as e:
-        result.error = str(e)
+    except (TraceFormatError, duckdb.Error, pa.ArrowException) as e:
+        # A library call that the file's values broke fails this file only, too.
+        result.error = str(e) if isinstance(e, TraceFormatError) else (
+            f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}")
         result.seconds = time.perf_counter() - t0
         result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)
         return result
@@ -231,6 +234,15 @@ def run_ingest(warehouse: Path, files: list[TraceFile], jobs: int = 1,
         raise WarehouseError(f"{warehouse}: cannot create the warehouse: {e.strerror or e}") from None
     if not os.access(warehouse, os.W_OK):
         raise WarehouseError(f"{warehouse}: the warehouse is not writable")
+    # Shared with other ingests, exclusive against `tracedb check`; when no
+    # other ingest runs, what killed ones left in .staging goes first.
+    with locks.ingesting(warehouse, on_wait):
+        return _ingest_files(warehouse, catalog, files, jobs, on_result, on_wait, t0)
+
+
+def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], jobs: int,
+                  on_result: Callable[[FileResult], None] | None,
+                  on_wait: Callable[[str], None] | None, t0: float) -> IngestReport:
     known_ids, known_paths = _known(catalog)
     report = IngestReport()
     pending: list[TraceFile] = []

@@ -74,7 +74,7 @@ depth AS (
                       AND s.ord = e.ord AND e.is_end = 0
 ),
 children AS (
-    SELECT p.event_id AS parent_id, CAST(sum(c.dur_ns) AS BIGINT) AS child_ns
+    SELECT p.event_id AS parent_id, TRY_CAST(sum(c.dur_ns) AS BIGINT) AS child_ns
     FROM depth c ASOF JOIN depth p
       ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.ord > p.ord
     GROUP BY p.event_id
@@ -101,17 +101,24 @@ class TraceWriter:
         return self.dir / f"{table}.staged.parquet"
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
-        w = self._writers.get(table)
-        if w is None:
-            w = pq.ParquetWriter(self.staged(table), SCHEMAS[table], compression="lz4")
-            self._writers[table] = w
-            self._tables.add(table)
-        w.write_batch(batch)
+        try:
+            w = self._writers.get(table)
+            if w is None:
+                w = pq.ParquetWriter(self.staged(table), SCHEMAS[table], compression="lz4")
+                self._writers[table] = w
+                self._tables.add(table)
+            w.write_batch(batch)
+        except OSError as e:  # e.g. the disk is full
+            raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
 
     def close_staged(self) -> None:
-        for w in self._writers.values():
-            w.close()
-        self._writers.clear()
+        try:
+            for w in self._writers.values():
+                w.close()
+        except OSError as e:  # e.g. the disk is full
+            raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+        finally:
+            self._writers.clear()
 
     def finalize(self, shift_ns: int, threads: int = 1) -> None:
         """One DuckDB pass per table: file_id, absolute times, self_ns."""
@@ -161,13 +168,19 @@ class TraceWriter:
         """Move the final files into their partitions; returns table -> path
         relative to the warehouse."""
         out: dict[str, str] = {}
+        created: list[Path] = []
         try:
             for table, src in self.final.items():
                 dst = data_path(self.warehouse, table, run, rank, phase, self.file_id)
                 dst.parent.mkdir(parents=True, exist_ok=True)
+                existed = dst.exists()  # a concurrent ingest of the same content
                 os.replace(src, dst)
+                if not existed:
+                    created.append(dst)
                 out[table] = str(dst.relative_to(self.warehouse))
         except OSError as e:
+            for dst in created:  # leave no part of this trace behind
+                dst.unlink(missing_ok=True)
             raise WarehouseError(f"{self.warehouse}: cannot publish {self.file_id}: {e.strerror or e}") from None
         return out
 

@@ -1,0 +1,194 @@
+"""``tracedb check``: is the warehouse whole? ``--repair`` makes it so.
+
+Checks, with no ingest running (the ingest lock is held exclusively):
+
+- every Parquet file under events/, flows/, counters/ belongs to a trace
+  registered in ``traces`` (else: an orphan, left by a crashed ingest;
+  invisible to queries, since the raw views list registered files only);
+- every registered trace's files exist and hold its row counts
+  (``event_count``, ``flow_count``, ``counter_count``; read from the Parquet
+  footers, so the check is cheap);
+- nothing is left in ``.staging`` and no temporary catalog copy
+  (``.tracedb.duckdb.*.tmp``) lies around.
+
+Repair removes orphans and leftovers, never registered data; a registered
+trace whose files are missing or wrong loses its row in ``traces`` (and its
+remaining files), so that the next ingest of its file redoes it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pyarrow.parquet as pq
+
+from . import locks
+from .catalog import CATALOG_NAME, Catalog
+from .errors import WarehouseError
+from .schema import TABLES
+from .store import STAGING
+
+COUNT_COLUMNS = {"events": "event_count", "flows": "flow_count", "counters": "counter_count"}
+
+
+@dataclass
+class Problem:
+    """One thing wrong. ``kind``: orphan_file, missing_file, row_count,
+    unreadable_file, staging_leftover or temp_catalog."""
+
+    kind: str
+    path: str
+    detail: str
+    file_id: str | None = None
+    repaired: str | None = None  # what --repair did about it
+
+    def __str__(self) -> str:
+        done = f" [repaired: {self.repaired}]" if self.repaired else ""
+        return f"{self.kind}: {self.path}: {self.detail}{done}"
+
+
+@dataclass
+class CheckReport:
+    warehouse: str
+    trace_count: int = 0
+    file_count: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing wrong is left (after repair, if asked)."""
+        return all(p.repaired for p in self.problems)
+
+    def summary(self) -> str:
+        fixed = sum(1 for p in self.problems if p.repaired)
+        state = "OK" if not self.problems else f"{len(self.problems)} problem(s), {fixed} repaired"
+        return f"Checked {self.trace_count} trace(s), {self.file_count} Parquet file(s): {state}."
+
+
+def _registered(catalog: Catalog) -> list[tuple]:
+    if not catalog.exists():
+        return []
+    try:
+        con = catalog.connect_readonly()
+    except duckdb.Error as e:
+        raise WarehouseError(f"{catalog.path}: cannot open the catalog: {str(e).splitlines()[0]}") from None
+    try:
+        return con.execute(
+            "SELECT file_id, source_path, files, event_count, flow_count, counter_count "
+            "FROM traces WHERE status = 'ok' ORDER BY source_path"
+        ).fetchall()
+    except duckdb.CatalogException:
+        return []
+    finally:
+        con.close()
+
+
+def _check_trace(warehouse: Path, row: tuple, problems: list[Problem]) -> set[Path]:
+    """The trace's files (as listed); its problems appended."""
+    file_id, source, files_json, *counts = row
+    listed = json.loads(files_json or "{}")
+    paths = set()
+    for table, column in COUNT_COLUMNS.items():
+        expected = counts[list(COUNT_COLUMNS).index(table)] or 0
+        rel = listed.get(table)
+        if rel is None:
+            if expected:
+                problems.append(Problem("missing_file", source, f"{table}: {expected} row(s) "
+                                        "registered but no file listed", file_id))
+            continue
+        path = warehouse / rel
+        paths.add(path)
+        if not path.is_file():
+            problems.append(Problem("missing_file", str(path), f"{table} of {source} is missing", file_id))
+            continue
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception as e:  # noqa: BLE001 - any unreadable footer is the finding
+            problems.append(Problem("unreadable_file", str(path),
+                                    f"{table} of {source}: {str(e).splitlines()[0]}", file_id))
+            continue
+        if rows != expected:
+            problems.append(Problem("row_count", str(path),
+                                    f"{table} of {source} holds {rows} row(s), {expected} registered",
+                                    file_id))
+    return paths
+
+
+def check(warehouse: str | Path, repair: bool = False,
+          on_wait: Callable[[str], None] | None = None) -> CheckReport:
+    """Check the warehouse (and repair it when asked); never raises for what
+    it finds, only when the warehouse cannot be read at all."""
+    warehouse = Path(warehouse).absolute()
+    catalog = Catalog(warehouse)
+    if not warehouse.is_dir() or not (catalog.exists() or any((warehouse / t).exists() for t in TABLES)):
+        raise WarehouseError(f"no tracedb warehouse at {warehouse}")
+    report = CheckReport(str(warehouse))
+    with locks.exclusive(warehouse, on_wait):
+        rows = _registered(catalog)
+        report.trace_count = len(rows)
+        problems: list[Problem] = []
+        listed: set[Path] = set()
+        for row in rows:
+            listed |= _check_trace(warehouse, row, problems)
+        for table in TABLES:
+            root = warehouse / table
+            for path in sorted(root.rglob("*")) if root.is_dir() else ():
+                if path.is_dir():
+                    continue
+                report.file_count += path.suffix == ".parquet"
+                if path not in listed:
+                    problems.append(Problem("orphan_file", str(path),
+                                            "not part of any registered trace (left by an interrupted ingest)"))
+        staging = warehouse / STAGING
+        for path in sorted(staging.iterdir()) if staging.is_dir() else ():
+            problems.append(Problem("staging_leftover", str(path), "left by an interrupted ingest"))
+        for path in sorted(warehouse.glob(f".{CATALOG_NAME}.*.tmp*")):
+            problems.append(Problem("temp_catalog", str(path), "catalog copy left by an interrupted writer"))
+        report.problems = problems
+        if repair and problems:
+            _repair(warehouse, catalog, problems, on_wait)
+    return report
+
+
+def _repair(warehouse: Path, catalog: Catalog, problems: list[Problem],
+            on_wait: Callable[[str], None] | None) -> None:
+    temps = [p for p in problems if p.kind == "temp_catalog"]
+    if temps:
+        with catalog.lock(on_wait):  # no writer has a copy in flight
+            for p in temps:
+                Path(p.path).unlink(missing_ok=True)
+                p.repaired = "removed"
+    broken = sorted({p.file_id for p in problems if p.file_id})
+    files: list[tuple] = []
+    if broken:
+        with catalog.writing(on_wait) as con:
+            files = con.execute("SELECT files FROM traces WHERE status = 'ok' AND list_contains(?, file_id)",
+                                [broken]).fetchall()
+            con.execute("DELETE FROM traces WHERE status = 'ok' AND list_contains(?, file_id)", [broken])
+    # Their rows are out of the live catalog: the remaining files are orphans now.
+    for (files_json,) in files:
+        for rel in json.loads(files_json or "{}").values():
+            (warehouse / rel).unlink(missing_ok=True)
+    for p in problems:
+        if p.file_id:
+            p.repaired = "trace unregistered: ingest its file again to redo it"
+        elif p.kind == "orphan_file":
+            Path(p.path).unlink(missing_ok=True)
+            p.repaired = "removed"
+        elif p.kind == "staging_leftover":
+            path = Path(p.path)
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            p.repaired = "removed"
+    for table in TABLES:  # partition folders left empty
+        root = warehouse / table
+        dirs = [d for d in root.rglob("*") if d.is_dir()] if root.is_dir() else []
+        for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass  # not empty

@@ -1,0 +1,72 @@
+"""The ingest lock: ``<warehouse>/.tracedb.ingest.lock``.
+
+Every ingest holds it shared for its whole run, so ingests run side by side;
+``tracedb check`` holds it exclusively, so it never mistakes the files of a
+running ingest (staged, or published and not yet registered) for leftovers,
+and never removes them. An ingest that finds itself alone at its start
+clears what crashed ingests left in ``.staging``.
+
+(The catalog has its own lock, held only while a catalog copy is swapped
+in: see catalog.py.) flock locks go with the process: a killed ingest
+releases them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .errors import WarehouseError
+from .store import clear_staging
+
+INGEST_LOCK_NAME = ".tracedb.ingest.lock"
+
+
+def _open(warehouse: Path) -> int:
+    try:
+        warehouse.mkdir(parents=True, exist_ok=True)
+        return os.open(warehouse / INGEST_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise WarehouseError(f"{warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+
+
+@contextmanager
+def ingesting(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Held (shared) by an ingest for its whole run. First, when no other
+    ingest or check runs, clears the staging leftovers of killed ingests."""
+    fd = _open(warehouse)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # other ingests (shared) or a check (exclusive)
+        else:
+            clear_staging(warehouse)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait:
+                on_wait(f"waiting for `tracedb check` on {warehouse} to finish")
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def exclusive(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Held by ``tracedb check``: no ingest runs meanwhile (new ones wait)."""
+    fd = _open(warehouse)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait:
+                on_wait(f"waiting for the running ingest into {warehouse} to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
