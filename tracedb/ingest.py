@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,11 +29,16 @@ from . import __version__, locks
 from .catalog import Catalog
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
-from .parse import TraceParser
-from .store import TraceWriter
+from .chunked import NotSplittable, Piece, SplitParser, parse_piece
+from .parse import TraceMeta, TraceParser
+from .schema import TABLES
+from .store import TraceWriter, write_part
 
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
+# Files from this size take the split fast path (chunked.py); smaller ones,
+# and any the fast path declines, the streaming parser.
+SPLIT_MIN_BYTES = 16 << 20
 
 
 @dataclass
@@ -130,9 +136,68 @@ def _row(tf: TraceFile, file_id: str, status: str, error: str | None, meta=None,
     return row
 
 
+def _split_worthy(tf: TraceFile) -> bool:
+    """Large enough for the fast path (a .gz counts about 10x its size)."""
+    size = tf.size_bytes * (10 if tf.path.name.endswith(".gz") else 1)
+    return size >= SPLIT_MIN_BYTES
+
+
+def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path]):
+    """In a worker: parse one piece, stage its rows as Parquet parts."""
+    res = parse_piece(piece, path)
+    parts = []
+    by_table: dict[str, list] = {}
+    for table, batch in res.batches:
+        by_table.setdefault(table, []).append(batch)
+    for table, batches in by_table.items():
+        write_part(dsts[table], table, batches)
+        parts.append((table, dsts[table]))
+    res.batches = []
+    return res, parts
+
+
+def _parse_split(path: Path, writer: TraceWriter, workers: int) -> TraceMeta:
+    """The split fast path: pieces parsed here (workers=1) or in ``workers``
+    processes, each staging its own Parquet parts. Raises NotSplittable."""
+    sp = SplitParser(path)
+    if workers <= 1:
+        for table, batch in sp.batches():
+            writer.write(table, batch)
+        return sp.meta
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        pending: set = set()
+
+        def collect() -> None:
+            nonlocal pending
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                res, parts = f.result()
+                sp.add(res)
+                for table, part in parts:
+                    writer.add_part(table, part)
+
+        try:
+            for piece in sp.pieces():
+                dsts = {t: writer.part(t, piece.number) for t in TABLES}
+                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts))
+                del piece
+                while len(pending) >= 2 * workers:
+                    collect()
+            while pending:
+                collect()
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+    sp.finish()
+    return sp.meta
+
+
 def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] = frozenset(),
-                threads: int = 1) -> FileResult:
-    """Parse, write and publish one file (not yet registered in the catalog)."""
+                threads: int = 1, workers: int = 1) -> FileResult:
+    """Parse, write and publish one file (not yet registered in the catalog).
+    A large file is parsed by ``workers`` processes."""
     warehouse = Path(warehouse)
     t0 = time.perf_counter()
     result = FileResult(path=str(tf.path), run=tf.run, rank=tf.rank, phase=tf.phase,
@@ -151,10 +216,19 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
         return result
     writer = TraceWriter(warehouse, file_id)
     try:
-        parser = TraceParser(tf.path)
-        for table, batch in parser.batches():
-            writer.write(table, batch)
-        meta = parser.meta
+        meta = None
+        if _split_worthy(tf):
+            try:
+                meta = _parse_split(tf.path, writer, workers)
+            except (NotSplittable, BrokenProcessPool):
+                # The streaming parser is the reference: it takes the file.
+                writer.discard()
+                writer = TraceWriter(warehouse, file_id)
+        if meta is None:
+            parser = TraceParser(tf.path)
+            for table, batch in parser.batches():
+                writer.write(table, batch)
+            meta = parser.meta
         if meta.distributed_info:
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, threads=threads)
@@ -277,8 +351,9 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
     try:
         if jobs <= 1 or len(pending) <= 1:
             threads = max(1, os.cpu_count() or 1) if len(pending) == 1 else 1
+            workers = jobs if len(pending) == 1 else 1
             for tf in pending:
-                done(ingest_file(warehouse, tf, known_ids, threads))
+                done(ingest_file(warehouse, tf, known_ids, threads, workers))
         else:
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:

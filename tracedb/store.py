@@ -95,6 +95,7 @@ class TraceWriter:
             raise WarehouseError(f"{warehouse}: cannot write the warehouse: {e.strerror or e}") from None
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._tables: set[str] = set()
+        self._parts: dict[str, list[Path]] = {}
         self.final: dict[str, Path] = {}
 
     def staged(self, table: str) -> Path:
@@ -110,6 +111,17 @@ class TraceWriter:
             w.write_batch(batch)
         except OSError as e:  # e.g. the disk is full
             raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+
+    def part(self, table: str, number: int) -> Path:
+        """Where a piece parsed elsewhere (chunked.py) stages its rows."""
+        return self.dir / f"{table}.part{number:06d}.parquet"
+
+    def add_part(self, table: str, path: Path) -> None:
+        self._parts.setdefault(table, []).append(path)
+
+    def _sources(self, table: str) -> list[Path]:
+        staged = [self.staged(table)] if table in self._tables else []
+        return staged + sorted(self._parts.get(table, ()))
 
     def close_staged(self) -> None:
         try:
@@ -127,9 +139,10 @@ class TraceWriter:
                                      "temp_directory": str(self.dir / "spill")})
         try:
             for table in TABLES:
-                if table not in self._tables:
+                sources = self._sources(table)
+                if not sources:
                     continue
-                src = _sql_str(self.staged(table))
+                src = "[" + ", ".join(_sql_str(p) for p in sources) + "]"
                 dst = self.dir / f"{table}.parquet"
                 names = SCHEMAS[table].names
                 cols = []
@@ -192,6 +205,11 @@ class TraceWriter:
                 pass
         self._writers.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def write_part(path: Path, table: str, batches: list[pa.RecordBatch]) -> None:
+    """Stage rows parsed in another process (one piece of a large trace)."""
+    pq.write_table(pa.Table.from_batches(batches, schema=SCHEMAS[table]), path, compression="lz4")
 
 
 def clear_staging(warehouse: Path, older_than_s: float = 0) -> None:

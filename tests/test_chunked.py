@@ -1,0 +1,196 @@
+"""The split fast path (chunked.py) writes exactly what the streaming parser
+(parse.py, the reference) writes: same rows, same values, same meta; and it
+declines (NotSplittable) what only the streaming parser can do."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import tracedb
+from conftest import corpus_file, write_trace
+from tracedb.chunked import NotSplittable, SplitParser
+from tracedb.parse import TraceParser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tables(parser) -> dict[str, pa.Table]:
+    out: dict[str, list] = {}
+    for table, batch in parser.batches():
+        out.setdefault(table, []).append(batch)
+    keys = {"events": ["event_id"], "flows": ["event_id"], "counters": ["event_id", "series"]}
+    return {t: pa.Table.from_batches(bs).sort_by([(k, "ascending") for k in keys[t]])
+            for t, bs in out.items()}
+
+
+def _assert_same(path: Path, piece_bytes: int) -> SplitParser:
+    ref = TraceParser(path)
+    want = _tables(ref)
+    fast = SplitParser(path, piece_bytes=piece_bytes)
+    got = _tables(fast)
+    assert sorted(got) == sorted(want)
+    for t in want:
+        assert got[t].num_rows == want[t].num_rows, t
+        for col in want[t].column_names:
+            assert got[t][col].to_pylist() == want[t][col].to_pylist(), (t, col)
+    for k, v in vars(ref.meta).items():
+        assert getattr(fast.meta, k) == v, k
+    return fast
+
+
+@pytest.mark.parametrize("rel", [
+    "hta/nccl_parser_config/nccl_data.json.gz",  # fractional µs, baseTimeNanoseconds, keys after events
+    "hta/trace_diff/control/control.json.gz",  # integer epoch µs
+    "deepseek/train.json",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # fractional epoch µs
+])
+def test_corpus_same_as_streaming(rel):
+    _assert_same(corpus_file(rel), piece_bytes=256 << 10)
+
+
+def _kineto_text(events: list[dict], **top) -> str:
+    """Kineto's layout: top-level keys, then one event per '  {' ... '  }' block."""
+    head = "".join(f'  "{k}": {json.dumps(v)},\n' for k, v in top.items() if k != "baseTimeNanoseconds")
+    body = ",\n".join("  {\n    " + json.dumps(e)[1:-1] + "\n  }" if isinstance(e, dict)
+                       else "  " + json.dumps(e) for e in events)
+    tail = ""
+    if "baseTimeNanoseconds" in top:
+        tail = f',\n  "traceName": "x.json",\n  "baseTimeNanoseconds": {top["baseTimeNanoseconds"]}'
+    return "{\n" + head + '  "traceEvents": [\n' + body + "\n  ]" + tail + "\n}\n"
+
+
+def _events(n: int) -> list[dict]:
+    evs = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "main"}}]
+    for i in range(n):
+        evs.append({"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 7,
+                    "ts": 1000 + 10 * i, "dur": 5, "args": {"External id": i, "Sequence number": i}})
+        evs.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": "stream 7",
+                    "ts": 1002 + 10 * i, "dur": 3, "args": {"correlation": i, "device": 0, "stream": 7,
+                                                             "grid": [4, 1, 1], "bytes": 1 << 40}})
+        evs.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 1, "tid": 7, "ts": 1001 + 10 * i})
+        evs.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 0, "tid": 7,
+                    "ts": 1002 + 10 * i, "bp": "e"})
+    evs.append({"ph": "C", "name": "memory", "pid": 1, "ts": 1000, "args": {"allocated": 10, "reserved": 2.5}})
+    evs.append({"ph": "i", "name": "marker", "pid": "Traces", "tid": "", "ts": 1500, "s": "g"})
+    return evs
+
+
+def _write(path: Path, text: str, gz: bool = False) -> Path:
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_kineto_layout_same_as_streaming(tmp_path, gz):
+    text = _kineto_text(_events(400), schemaVersion=1, distributedInfo={"rank": 3},
+                        baseTimeNanoseconds=1_700_000_000_000_000_000)
+    path = _write(tmp_path / ("t.json.gz" if gz else "t.json"), text, gz)
+    fast = _assert_same(path, piece_bytes=4096)
+    assert fast.meta.base_time_ns == 1_700_000_000_000_000_000
+    assert fast.meta.distributed_info == {"rank": 3}
+
+
+def test_fractional_times_are_exact(tmp_path):
+    """3 decimals (orjson's doubles, recovered exactly), 4 decimals and
+    fractional epoch µs (pieces read with Decimals)."""
+    evs = _events(50)
+    fine = ["4458676522690.655", "4458677009853.422", "8796093022207.999", "0.001", "1.5",
+            "1712195495519695.7", "1712195495519695.8", "12.3456", "4458677009853.4225"]
+    for i in range(len(fine)):
+        evs.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": f"@k{i}@", "dur": 1.001})
+    raw = _kineto_text(evs)
+    for i, text in enumerate(fine):  # the literal texts, as a profiler writes them
+        raw = raw.replace(f'"@k{i}@"', text)
+    path = _write(tmp_path / "t.json", raw)
+    _assert_same(path, piece_bytes=2048)
+    fast = _tables(SplitParser(path))["events"].to_pylist()
+    got = {r["name"]: r["ts_ns"] for r in fast if r["name"].startswith("k")}
+    assert got["k0"] == 4458676522690655
+    assert got["k1"] == 4458677009853422
+    assert got["k2"] == 8796093022207999
+    assert got["k3"] == 1
+    assert got["k5"] == 1712195495519695700
+    assert got["k6"] == 1712195495519695800
+    assert got["k7"] == 12346  # 12345.6 ns, rounded half-even like the streaming parser
+
+
+def test_begin_end_pairs_take_the_streaming_path(tmp_path):
+    evs = _events(10) + [{"ph": "B", "name": "step", "pid": 1, "tid": 7, "ts": 900},
+                         {"ph": "E", "name": "step", "pid": 1, "tid": 7, "ts": 2000}]
+    path = _write(tmp_path / "t.json", _kineto_text(evs))
+    with pytest.raises(NotSplittable):
+        list(SplitParser(path, piece_bytes=1024).batches())
+
+
+def test_items_that_are_not_events_take_the_streaming_path(tmp_path):
+    path = _write(tmp_path / "t.json", _kineto_text(_events(10) + [[1, 2]]))
+    with pytest.raises(NotSplittable):
+        list(SplitParser(path, piece_bytes=1024).batches())
+
+
+def test_compact_json_takes_the_streaming_path(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": _events(10)}))
+    with pytest.raises(NotSplittable):
+        list(SplitParser(path).batches())
+
+
+def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
+    """A large file through 2 worker processes: the same rows as the
+    streaming parser gives, counted against json.load."""
+    import tracedb.ingest as ingest
+
+    evs = _events(3000)
+    text = _kineto_text(evs, distributedInfo={"rank": 1}, baseTimeNanoseconds=1_000_000)
+    (tmp_path / "runs" / "v1").mkdir(parents=True)
+    _write(tmp_path / "runs" / "v1" / "rank-1.json", text)
+    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 64 << 10)
+    pieces = []
+    monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
+
+    class Counting(SplitParser):
+        def add(self, res):
+            pieces.append(res.json_event_count)
+            super().add(res)
+
+    monkeypatch.setattr(ingest, "SplitParser", Counting)
+    fast = tracedb.TraceDB(tmp_path / "wh-fast")
+    fast.ingest([tmp_path / "runs"], jobs=2)
+    assert len(pieces) > 4 and sum(pieces) == len(evs)
+    monkeypatch.undo()
+    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1 << 60)
+    ref = tracedb.TraceDB(tmp_path / "wh-ref")
+    ref.ingest([tmp_path / "runs"], jobs=1)
+    q = ("SELECT * EXCLUDE (file_id) FROM {} ORDER BY event_id{}")
+    for table, extra in (("events", ""), ("flows", ""), ("counters", ", series")):
+        a = fast.sql(q.format(table, extra)).fetchall()
+        b = ref.sql(q.format(table, extra)).fetchall()
+        assert a == b, table
+    n_events = sum(1 for e in evs if isinstance(e, dict) and e["ph"] not in "stfC")
+    assert fast.sql("SELECT count(*) FROM events").fetchall()[0][0] == n_events
+
+
+def test_workload_generator_tiles_exactly(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from workloads import Source, write_tiled
+
+    src_path = _write(tmp_path / "src.json", _kineto_text(_events(20), distributedInfo={"rank": 0}))
+    src = Source.load(src_path)
+    out = tmp_path / "tiled.json"
+    _, count = write_tiled(src, out, tiles=3, rank=5)
+    doc = json.loads(out.read_text())
+    evs = doc["traceEvents"]
+    assert len(evs) == count == 1 + 3 * (len(src.events) - 1)
+    assert doc["distributedInfo"]["rank"] == 5
+    ext = [e["args"]["External id"] for e in evs if e.get("cat") == "cpu_op"]
+    assert len(ext) == len(set(ext)) == 60
+    ts = [e["ts"] for e in evs if e.get("cat") == "cpu_op"]
+    assert ts == sorted(ts)

@@ -1,0 +1,539 @@
+"""Fast path for large pretty-printed traces: split into pieces, parse each
+piece on its own (in worker processes when there are cores to spare).
+
+Kineto pretty-prints one event per block that starts with a newline, a fixed
+indent and ``{`` (``\\n  {``). JSON strings cannot hold a raw newline, so
+that sequence is never inside a string; a piece of the event array cut just
+before it is a run of whole events, which ``orjson`` parses at C speed as
+``[`` + piece + ``]``. A cut at the wrong depth makes the piece invalid JSON
+and is caught; the caller then falls back to the streaming parser
+(parse.py), which stays the reference for every file.
+
+Exactness: orjson reads fractional numbers as doubles. A timestamp written
+with at most 3 decimals (Kineto's ns resolution) and below 2**43 µs is
+recovered exactly from its double (the double's spacing there is under
+1 ns); a piece with a timestamp or duration of 4+ decimals or a larger
+fractional value is parsed with ijson's Decimals instead. Columns are built
+a column at a time (list comprehensions, pyarrow), not an event at a time;
+every value that is not of the common type goes through the same converters
+as the streaming parser, so both paths write the same rows.
+
+``B``/``E`` pairs may span pieces: a piece holding either raises
+:class:`NotSplittable` and the whole file takes the streaming path.
+
+This module knows nothing of DuckDB, Parquet or click.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Iterator
+
+import ijson
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .parse import (
+    _ARG_CONVERTERS,
+    FLOW_PHASES,
+    TraceMeta,
+    TraceParser,
+    _as_text,
+    _dump_args,
+    _id_text,
+    _pid_text,
+    _to_ns,
+)
+from .schema import COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
+
+PIECE_BYTES = 8 << 20
+_HEAD_LIMIT = 64 << 20
+_READ_BYTES = 4 << 20
+_TWO43 = float(1 << 43)
+_TWO53 = float(1 << 53)
+_TIME_LIMIT_NS = 1 << 62  # parse.py reads times past this as NULL (and says so)
+
+# A timestamp or duration the double path cannot carry exactly.
+_FINE_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d+\.\d{4}')
+_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[(\s*)\{')
+_NONE = type(None)
+_EMPTY: dict = {}
+_ARG_KEYS = frozenset(key for key, _col, _conv in _ARG_CONVERTERS)
+_ARG_TYPES = {col: EVENT_SCHEMA.field(col).type for _key, col, _conv in _ARG_CONVERTERS}
+
+
+class NotSplittable(Exception):
+    """The file cannot take the fast path; use the streaming parser."""
+
+
+class InexactTime(Exception):
+    """A double cannot say which exact ns a timestamp was; use Decimals."""
+
+
+def _float_ns(v: float) -> int | None:
+    """A timestamp orjson read as a double -> exact int ns, or InexactTime."""
+    if v != v or v in (math.inf, -math.inf):
+        return None
+    if abs(v) >= _TWO53 or (abs(v) >= _TWO43 and not v.is_integer()):
+        raise InexactTime
+    whole = math.floor(v)
+    return whole * 1000 + round((v - whole) * 1000)
+
+
+def _exact_ns(v) -> int | None:
+    return _float_ns(v) if type(v) is float else _to_ns(v)
+
+
+def _decimal_times(ev: dict) -> dict:
+    """The event with float ts/dur as the exact Decimals they were written as
+    (for the streaming parser's per-event code)."""
+    out = None
+    for key in ("ts", "dur"):
+        v = ev.get(key)
+        if type(v) is float:
+            ns = _float_ns(v)
+            out = out or dict(ev)
+            out[key] = None if ns is None else Decimal(ns).scaleb(-3)
+    return out or ev
+
+
+@dataclass
+class Piece:
+    """A run of whole events: bytes and the file index of its first event."""
+
+    number: int
+    data: bytes
+    base: int
+    count: int
+
+
+@dataclass
+class PieceResult:
+    """What a parsed piece produced (batches, and its share of the meta)."""
+
+    batches: list[tuple[str, pa.RecordBatch]] = field(default_factory=list)
+    json_event_count: int = 0
+    event_count: int = 0
+    flow_count: int = 0
+    counter_count: int = 0
+    skipped_count: int = 0
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+
+
+# -- splitting ---------------------------------------------------------------
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    f.seek(0)
+    return f
+
+
+class Splitter:
+    """Reads a trace (plain or gzip) once, front to back, and yields its
+    event array as pieces of about ``piece_bytes``; ``head``/``tail`` are the
+    bytes around the array, for the top-level keys."""
+
+    def __init__(self, path: str | Path, piece_bytes: int | None = None):
+        self.path = Path(path)
+        self.piece_bytes = piece_bytes or PIECE_BYTES
+        self.form = "object"
+        self.head = b""
+        self.tail = b""
+        self.bytes_read = 0
+
+    def pieces(self) -> Iterator[Piece]:
+        with _open(self.path) as f:
+            buf = f.read(min(_READ_BYTES, self.piece_bytes))
+            self.bytes_read = len(buf)
+            if buf.startswith(b"\xef\xbb\xbf"):
+                buf = buf[3:]
+            start, sep = self._find_start(f, buf)
+            buf = self._buf
+            self.head = buf[:start]
+            buf = buf[start:]
+            number = base = 0
+            carry = buf
+            while True:
+                block = f.read(self.piece_bytes)
+                self.bytes_read += len(block)
+                if not block:
+                    break
+                cut = block.rfind(sep)
+                if cut < 0:
+                    carry += block
+                    if len(carry) > 8 * self.piece_bytes:
+                        raise NotSplittable("no event boundary in a long stretch")
+                    continue
+                # Cut at the last boundary of this block; it has the last event
+                # of the array only if nothing follows, so keep the remainder.
+                data = carry + block[:cut]
+                carry = block[cut + 1:]
+                count = data.count(sep) + 1
+                yield Piece(number, data, base, count)
+                number += 1
+                base += count
+            buf = carry
+            # The rest: last events, then the end of the array and the tail.
+            end = self._find_end(buf, sep)
+            data, self.tail = buf[:end], buf[end:]
+            if data.strip():
+                yield Piece(number, data, base, data.count(sep) + 1)
+
+    def _find_start(self, f, buf: bytes) -> tuple[int, bytes]:
+        while True:
+            stripped = buf.lstrip()
+            if stripped[:1] == b"[":
+                self.form = "array"
+                m = re.compile(rb"\s*\[(\s*)\{").match(buf)
+            else:
+                m = _EVENTS_KEY_RE.search(buf)
+            if m:
+                ws = m.group(1)
+                nl = ws.rfind(b"\n")
+                if nl < 0:
+                    raise NotSplittable("events are not one per line")
+                self._buf = buf
+                return m.end() - 1, b"\n" + ws[nl + 1:] + b"{"
+            if len(buf) > _HEAD_LIMIT:
+                raise NotSplittable("no traceEvents array near the start")
+            more = f.read(min(_READ_BYTES, self.piece_bytes))
+            self.bytes_read += len(more)
+            if not more:
+                raise NotSplittable("no traceEvents array")
+            buf += more
+
+    def _find_end(self, buf: bytes, sep: bytes) -> int:
+        close = b"\n" + sep[1:-1] + b"}"
+        i = len(buf)
+        while True:
+            i = buf.rfind(close, 0, i)
+            if i < 0:
+                raise NotSplittable("cannot find the end of the event array")
+            j = i + len(close)
+            rest = buf[j:].lstrip()
+            if rest[:1] == b"]":
+                after = rest[1:].strip()
+                if self.form == "array" and after == b"":
+                    return j
+                if self.form == "object" and (after == b"}" or after[:1] == b","):
+                    return j
+
+
+def read_tail_keys(tail: bytes, parser: TraceParser) -> None:
+    """Top-level keys after the event array (``], "k": v, ...}``)."""
+    rest = tail.lstrip()[1:].strip()  # drop "]"
+    if rest[:1] != b",":
+        return
+    try:
+        obj = orjson.loads(b"{" + rest[1:])
+    except orjson.JSONDecodeError:
+        import json
+
+        try:
+            obj = json.loads(b"{" + rest[1:])
+        except ValueError:
+            parser.meta.warnings.append("could not read the top-level keys after traceEvents")
+            return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            parser._set_meta(k, v)
+
+
+# -- parsing a piece ---------------------------------------------------------
+
+
+def parse_piece(piece: Piece, path: str = "<piece>") -> PieceResult:
+    """Parse one piece into record batches (events, flows, counters).
+
+    Anything out of the ordinary (values the streaming parser sanitizes,
+    types pyarrow will not take) raises :class:`NotSplittable`: the
+    streaming parser is the reference for those."""
+    enabled = gc.isenabled()
+    gc.disable()  # orjson's dicts hold no cycles; the collector only costs here
+    try:
+        return _parse_piece(piece, path)
+    except (OverflowError, UnicodeError, TypeError, ValueError, pa.ArrowException) as e:
+        raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse_piece(piece: Piece, path: str) -> PieceResult:
+    data = piece.data.rstrip()
+    if data.endswith(b","):
+        data = data[:-1]
+    text = b"[" + data + b"]"
+    try:
+        evs = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        evs = None
+    if evs is not None:
+        try:
+            return _convert(evs, piece, path, _TimeCheck(data))
+        except InexactTime:
+            pass
+    del evs
+    try:
+        evs = list(ijson.items(io.BytesIO(text), "item", use_float=False))
+    except (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError) as e:
+        raise NotSplittable(f"piece {piece.number}: {e}") from None
+    return _convert(evs, piece, path, None)
+
+
+class _TimeCheck:
+    """Whether the piece writes a timestamp or duration with 4+ decimals
+    (run once, and only when a fractional one shows up)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.done = False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            if _FINE_TIME_RE.search(self.data):
+                raise InexactTime
+
+
+def _nulls(n: int, typ: pa.DataType) -> pa.Array:
+    return pa.nulls(n, type=typ)
+
+
+def _ns(vals: list, check: "_TimeCheck | None") -> pa.Array:
+    """Microseconds (JSON numbers) -> exact int64 nanoseconds."""
+    arr = _ns_array(vals, check)
+    lo, hi = pc.min_max(arr).values()
+    if lo.as_py() is not None and (lo.as_py() < -_TIME_LIMIT_NS or hi.as_py() > _TIME_LIMIT_NS):
+        raise NotSplittable("times past the supported range")
+    return arr
+
+
+def _ns_array(vals: list, check: "_TimeCheck | None") -> pa.Array:
+    types = set(map(type, vals))
+    if float in types and check is not None:
+        check()
+    types.discard(_NONE)
+    if not types:
+        return _nulls(len(vals), pa.int64())
+    if types == {int}:
+        try:
+            return pc.multiply_checked(pa.array(vals, pa.int64()), 1000)
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    elif types <= {int, float}:
+        arr = pa.array(vals, pa.float64())
+        mag = pc.max(pc.abs(arr)).as_py()
+        if mag is not None and mag < _TWO53 and not pc.any(pc.is_nan(arr)).as_py():
+            whole = pc.floor(arr)
+            frac = pc.subtract(arr, whole)
+            if mag >= _TWO43 and pc.any(pc.not_equal(frac, 0.0)).as_py():
+                raise InexactTime
+            return pc.add(
+                pc.multiply(pc.cast(whole, pa.int64()), 1000),
+                pc.cast(pc.round(pc.multiply(frac, 1000.0)), pa.int64()),
+            )
+    return pa.array([_exact_ns(v) for v in vals], pa.int64())
+
+
+def _text(vals: list) -> pa.Array:
+    """Strings as they are; anything else as the streaming parser writes it."""
+    try:
+        return pa.array(vals, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pa.array([v if v is None or type(v) is str else _as_text(v) for v in vals], pa.string())
+
+
+def _pid(vals: list) -> pa.Array:
+    return pa.array([v if type(v) is str else str(v) if type(v) is int else _pid_text(v)
+                     for v in vals], pa.string())
+
+
+def _ids(vals: list) -> pa.Array:
+    if vals.count(None) == len(vals):
+        return _nulls(len(vals), pa.string())
+    return pa.array([_id_text(v) for v in vals], pa.string())
+
+
+def _arg_column(vals: list, typ: pa.DataType, conv) -> pa.Array:
+    n = len(vals)
+    if vals.count(None) == n:
+        return _nulls(n, typ)
+    types = set(map(type, vals))
+    types.discard(_NONE)
+    try:
+        if pa.types.is_int64(typ) and types == {int}:
+            return pa.array(vals, typ)
+        if pa.types.is_string(typ) and types == {str}:
+            return pa.array(vals, typ)
+        if pa.types.is_float64(typ) and types <= {int, float}:
+            return pa.array(vals, typ)
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    return pa.array([None if v is None else conv(v) for v in vals], typ)
+
+
+def _minmax(res: PieceResult, ts: pa.Array, end: pa.Array) -> None:
+    lo = pc.min(ts).as_py()
+    hi = pc.max(end).as_py()
+    if lo is not None and (res.ts_min_ns is None or lo < res.ts_min_ns):
+        res.ts_min_ns = lo
+    if hi is not None and (res.ts_max_ns is None or hi > res.ts_max_ns):
+        res.ts_max_ns = hi
+
+
+def _convert(evs: list, piece: Piece, path: str, check: _TimeCheck | None) -> PieceResult:
+    if len(evs) != piece.count:
+        raise NotSplittable(f"piece {piece.number}: {len(evs)} events, expected {piece.count}")
+    res = PieceResult(json_event_count=len(evs))
+    base = piece.base
+    sl_idx: list[int] = []
+    fl_idx: list[int] = []
+    other: list[int] = []
+    for i, ev in enumerate(evs):
+        if type(ev) is not dict:
+            res.skipped_count += 1
+            continue
+        ph = ev.get("ph")
+        if type(ph) is str and ph not in ("B", "E", "C"):
+            (fl_idx if ph in FLOW_PHASES else sl_idx).append(i)
+        elif ph == "B" or ph == "E":
+            raise NotSplittable("B/E events (matched across the whole file)")
+        else:
+            other.append(i)
+    if sl_idx:
+        res.batches.append(("events", _slices([evs[i] for i in sl_idx], [base + i for i in sl_idx], res, check)))
+    if fl_idx:
+        res.batches.append(("flows", _flows([evs[i] for i in fl_idx], [base + i for i in fl_idx], res, check)))
+    if other:
+        # Counters and odd events: the streaming parser's own per-event code.
+        p = TraceParser(path)
+        for i in other:
+            p._add(base + i, _decimal_times(evs[i]))
+        if p._open:
+            raise NotSplittable("B/E events (matched across the whole file)")
+        m = p.meta
+        res.event_count += m.event_count
+        res.counter_count += m.counter_count
+        for lo, hi in ((m.ts_min_ns, m.ts_max_ns),):
+            if lo is not None and (res.ts_min_ns is None or lo < res.ts_min_ns):
+                res.ts_min_ns = lo
+            if hi is not None and (res.ts_max_ns is None or hi > res.ts_max_ns):
+                res.ts_max_ns = hi
+        for table, cols in (("events", p._events), ("counters", p._counters)):
+            if cols.rows:
+                res.batches.append((table, cols.batch()))
+    return res
+
+
+def _slices(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.RecordBatch:
+    n = len(evs)
+    phs = [e["ph"] for e in evs]
+    ts = _ns([e.get("ts") for e in evs], check)
+    dur_all = _ns([e.get("dur") for e in evs], check)
+    is_x = pc.equal(pa.array(phs, pa.string()), "X")
+    dur = pc.if_else(is_x, dur_all, pa.nulls(n, pa.int64()))
+    _minmax(res, ts, pc.add(ts, pc.coalesce(dur_all, 0)))
+    args = [e.get("args") for e in evs]
+    argd = [a if type(a) is dict else _EMPTY for a in args]
+    cols = {
+        "event_id": pa.array(ids, pa.int64()),
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "ph": pa.array(phs, pa.string()),
+        "cat": _text([e.get("cat") for e in evs]),
+        "name": _text([e.get("name") for e in evs]),
+        "pid": _pid([e.get("pid") for e in evs]),
+        "tid": _pid([e.get("tid") for e in evs]),
+        "id": _ids([e.get("id") for e in evs]),
+    }
+    found: dict[str, list] = {}
+    for j, a in enumerate(argd):
+        for key in a:
+            if key in _ARG_KEYS:
+                vals = found.get(key)
+                if vals is None:
+                    vals = found[key] = [None] * n
+                vals[j] = a[key]
+    for key, col, conv in _ARG_CONVERTERS:
+        vals = found.get(key)
+        cols[col] = _nulls(n, _ARG_TYPES[col]) if vals is None else _arg_column(vals, _ARG_TYPES[col], conv)
+    cols["args"] = pa.array([None if a is None else _dump_args(a) for a in args], pa.string())
+    res.event_count += n
+    return pa.RecordBatch.from_arrays([cols[name] for name in EVENT_SCHEMA.names], schema=EVENT_SCHEMA)
+
+
+def _flows(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.RecordBatch:
+    ts = _ns([e.get("ts") for e in evs], check)
+    _minmax(res, ts, pc.add(ts, pc.coalesce(_ns([e.get("dur") for e in evs], check), 0)))
+    cols = {
+        "event_id": pa.array(ids, pa.int64()),
+        "ts_ns": ts,
+        "ph": pa.array([e["ph"] for e in evs], pa.string()),
+        "id": _ids([e.get("id", e.get("bind_id")) for e in evs]),
+        "cat": _text([e.get("cat") for e in evs]),
+        "name": _text([e.get("name") for e in evs]),
+        "pid": _pid([e.get("pid") for e in evs]),
+        "tid": _pid([e.get("tid") for e in evs]),
+        "bp": _text([e.get("bp") for e in evs]),
+    }
+    res.flow_count += len(evs)
+    return pa.RecordBatch.from_arrays([cols[name] for name in FLOW_SCHEMA.names], schema=FLOW_SCHEMA)
+
+
+def merge_meta(meta: TraceMeta, res: PieceResult) -> None:
+    meta.json_event_count += res.json_event_count
+    meta.event_count += res.event_count
+    meta.flow_count += res.flow_count
+    meta.counter_count += res.counter_count
+    meta.skipped_count += res.skipped_count
+    if res.ts_min_ns is not None and (meta.ts_min_ns is None or res.ts_min_ns < meta.ts_min_ns):
+        meta.ts_min_ns = res.ts_min_ns
+    if res.ts_max_ns is not None and (meta.ts_max_ns is None or res.ts_max_ns > meta.ts_max_ns):
+        meta.ts_max_ns = res.ts_max_ns
+
+
+class SplitParser:
+    """The fast path with TraceParser's interface: ``pieces()`` to hand out,
+    ``finish()`` once they are parsed; or ``batches()`` to parse them here,
+    one after the other. Raises :class:`NotSplittable` (before or while
+    yielding) when the file needs the streaming parser."""
+
+    def __init__(self, path: str | Path, piece_bytes: int | None = None):
+        self.path = Path(path)
+        self._parser = TraceParser(self.path)
+        self.meta = self._parser.meta
+        self.splitter = Splitter(self.path, piece_bytes)
+
+    def pieces(self) -> Iterator[Piece]:
+        yield from self.splitter.pieces()
+
+    def add(self, res: PieceResult) -> None:
+        merge_meta(self.meta, res)
+
+    def finish(self) -> None:
+        """Top-level keys (head and tail) into ``meta``."""
+        self.meta.form = self.splitter.form
+        if self.splitter.form == "object":
+            self._parser._read_head()
+            read_tail_keys(self.splitter.tail, self._parser)
+
+    def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        for piece in self.pieces():
+            res = parse_piece(piece, str(self.path))
+            self.add(res)
+            yield from res.batches
+        self.finish()
