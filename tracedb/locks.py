@@ -33,6 +33,16 @@ def _open(warehouse: Path) -> int:
         raise WarehouseError(f"{warehouse}: cannot write the warehouse: {e.strerror or e}") from None
 
 
+def _take(fd: int, mode: int, on_wait: Callable[[str], None] | None, message: str) -> None:
+    """flock, telling on_wait when it has to wait."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if on_wait:
+            on_wait(message)
+        fcntl.flock(fd, mode)
+
+
 @contextmanager
 def ingesting(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Held (shared) by an ingest for its whole run. First, when no other
@@ -45,12 +55,8 @@ def ingesting(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> 
             pass  # other ingests (shared) or a check (exclusive)
         else:
             clear_staging(warehouse)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait:
-                on_wait(f"waiting for `tracedb check` on {warehouse} to finish")
-            fcntl.flock(fd, fcntl.LOCK_SH)
+        # (a conversion to shared is not atomic: a check may come in between)
+        _take(fd, fcntl.LOCK_SH, on_wait, f"waiting for `tracedb check` on {warehouse} to finish")
         yield
     finally:
         os.close(fd)
@@ -61,12 +67,7 @@ def exclusive(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> 
     """Held by ``tracedb check``: no ingest runs meanwhile (new ones wait)."""
     fd = _open(warehouse)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait:
-                on_wait(f"waiting for the running ingest into {warehouse} to finish")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        _take(fd, fcntl.LOCK_EX, on_wait, f"waiting for the running ingest into {warehouse} to finish")
         yield
     finally:
         os.close(fd)
