@@ -151,7 +151,10 @@ def check(warehouse: str | Path, repair: bool = False,
             problems.append(Problem("temp_catalog", str(path), "catalog copy left by an interrupted writer"))
         report.problems = problems
         if repair and problems:
-            _repair(warehouse, catalog, problems, on_wait)
+            try:
+                _repair(warehouse, catalog, problems, on_wait)
+            except OSError as e:  # e.g. a read-only file system
+                raise WarehouseError(f"{warehouse}: cannot repair: {e.strerror or e}") from None
     return report
 
 

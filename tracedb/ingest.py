@@ -270,7 +270,21 @@ def _known(catalog: Catalog) -> tuple[frozenset[str], dict[tuple, str]]:
 
 def register(catalog: Catalog, results: list[FileResult],
              on_wait: Callable[[str], None] | None = None) -> None:
-    """Record results in the catalog in one atomic swap."""
+    """Record results in the catalog in one atomic swap. When the swap fails
+    (a full disk), the group's published files go: none stays unregistered."""
+    try:
+        _register(catalog, results, on_wait)
+    except WarehouseError:
+        registered, _ = _known(catalog)
+        for r in results:
+            if r.status == "ok" and r.file_id not in registered:
+                for rel in json.loads((r.row or {}).get("files") or "{}").values():
+                    (catalog.warehouse / rel).unlink(missing_ok=True)
+        raise
+
+
+def _register(catalog: Catalog, results: list[FileResult],
+              on_wait: Callable[[str], None] | None = None) -> None:
     rows = [r.row for r in results if r.row is not None]
     if not rows:
         return

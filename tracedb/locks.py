@@ -13,6 +13,7 @@ releases them.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from contextlib import contextmanager
@@ -25,11 +26,15 @@ from .store import clear_staging
 INGEST_LOCK_NAME = ".tracedb.ingest.lock"
 
 
-def _open(warehouse: Path) -> int:
+def _open(warehouse: Path, read_only_ok: bool = False) -> int | None:
+    """The lock file's descriptor; None on a read-only file system when
+    read_only_ok (no one can write there, so there is nothing to lock)."""
     try:
         warehouse.mkdir(parents=True, exist_ok=True)
         return os.open(warehouse / INGEST_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
+        if read_only_ok and e.errno == errno.EROFS:
+            return None
         raise WarehouseError(f"{warehouse}: cannot write the warehouse: {e.strerror or e}") from None
 
 
@@ -65,7 +70,10 @@ def ingesting(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> 
 @contextmanager
 def exclusive(warehouse: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Held by ``tracedb check``: no ingest runs meanwhile (new ones wait)."""
-    fd = _open(warehouse)
+    fd = _open(warehouse, read_only_ok=True)
+    if fd is None:
+        yield
+        return
     try:
         _take(fd, fcntl.LOCK_EX, on_wait, f"waiting for the running ingest into {warehouse} to finish")
         yield

@@ -82,6 +82,12 @@ children AS (
 """
 
 
+def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
+    """One line: pyarrow's messages are long, its errno is the point."""
+    why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
+    return WarehouseError(f"{warehouse}: cannot write the warehouse: {why}")
+
+
 class TraceWriter:
     """Stage, finalize and publish the Parquet files of one trace."""
 
@@ -92,7 +98,7 @@ class TraceWriter:
         try:
             self.dir.mkdir(parents=True)
         except OSError as e:
-            raise WarehouseError(f"{warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+            raise cannot_write(warehouse, e) from None
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._tables: set[str] = set()
         self._parts: dict[str, list[Path]] = {}
@@ -110,7 +116,7 @@ class TraceWriter:
                 self._tables.add(table)
             w.write_batch(batch)
         except OSError as e:  # e.g. the disk is full
-            raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+            raise cannot_write(self.warehouse, e) from None
 
     def part(self, table: str, number: int) -> Path:
         """Where a piece parsed elsewhere (chunked.py) stages its rows."""
@@ -128,7 +134,7 @@ class TraceWriter:
             for w in self._writers.values():
                 w.close()
         except OSError as e:  # e.g. the disk is full
-            raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+            raise cannot_write(self.warehouse, e) from None
         finally:
             self._writers.clear()
 
