@@ -319,7 +319,18 @@ class Catalog:
                     con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
         load_comm_patterns(con, self.warehouse / COMM_PATTERNS_CSV)
         common = {k: RAW_COLUMN_DOCS[k] for k in COMMON_COLUMNS}
-        apply_views(con, load_view_files(resource_dir("queries")), common)
+        defs = load_view_files(resource_dir("queries"))
+        # The library's views are SQL text bound at query time: re-applying
+        # them (seconds) is needed only when their SQL or docs changed, not
+        # when the raw views above list new files.
+        fingerprint = hashlib.sha256(
+            json.dumps([vars(v) for v in defs] + [common], sort_keys=True, default=str).encode()
+        ).hexdigest()
+        row = con.execute("SELECT value FROM catalog_info WHERE key = 'views_fingerprint'").fetchone()
+        if row and row[0] == fingerprint:
+            return
+        apply_views(con, defs, common)
+        con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('views_fingerprint', ?)", [fingerprint])
 
     def rebuild(self) -> None:
         """Re-create every view (after a move of the warehouse, or an upgrade)."""
