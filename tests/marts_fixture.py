@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import write_trace
+import pytest
+
+import tracedb
+from conftest import corpus_file, trace_events, write_trace
 
 STEP_US = {0: {1: 900, 2: 900}, 1: {1: 900, 2: 1000}}
 AR_US = {0: 200, 1: 300}
@@ -92,7 +95,8 @@ def write_ranks(root: Path, run: str = "v1", ranks=(0, 1)) -> list[Path]:
     """root/<run>/train/rank<N>.json for each rank; returns the paths."""
     info = lambda r: {"backend": "nccl", "rank": r, "world_size": len(ranks),  # noqa: E731
                       "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": len(ranks)}]}
-    return [write_trace(root / run / "train" / f"rank{r}.json", rank_events(r), distributedInfo=info(r))
+    return [write_trace(root / run / "train" / f"rank{r}.json", rank_events(r), distributedInfo=info(r),
+                        traceName=f"{run}/rank{r}")  # distinct content per run: not skipped as known
             for r in ranks]
 
 
@@ -107,3 +111,30 @@ def gloo_events(with_gloo: bool = True) -> list[dict]:
             ev.append(_x("user_annotation", "gloo:all_reduce", ts + 5, dur, 1, 3, **{
                 "External id": 100 + i, "Input Dims": [[1024]], "Input type": ["float"]}))
     return ev
+
+
+def rows(db: tracedb.TraceDB, sql: str, params: list | None = None) -> list[dict]:
+    """A query's rows as dicts."""
+    rel = db.sql(sql, params)
+    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+
+
+def ingest_corpus(tmp: Path, rel: str, run: str) -> tuple[tracedb.TraceDB, list[dict]]:
+    """A warehouse holding one corpus file as `run`, and the file's events
+    (plain json.load); skips the test when the corpus is absent."""
+    path = corpus_file(rel)
+    db = tracedb.open(tmp / "wh")
+    db.ingest([path], run=run, jobs=1)
+    return db, trace_events(path)
+
+
+@pytest.fixture(scope="module")
+def fixture_db(tmp_path_factory) -> tracedb.TraceDB:
+    """A warehouse holding write_ranks' two ranks as run v1, phase train
+    (import it into a test module to use it there)."""
+    root = tmp_path_factory.mktemp("marts")
+    write_ranks(root / "runs")
+    db = tracedb.open(root / "wh")
+    db.ingest([root / "runs"], jobs=1)
+    yield db
+    db.close()

@@ -155,7 +155,7 @@ def overlap(events: list[dict], step: int | None = None, by_step: bool = False) 
     for k in kernels(events):
         if by_step:
             call = calls.get((k.get("args") or {}).get("correlation"))
-            if call is None or step_at(ns(call["ts"]), ranges) != step:
+            if (step_at(ns(call["ts"]), ranges) if call else None) != step:
                 continue
         iv = (ns(k["ts"]), ns(k["ts"]) + ns(k["dur"]))
         (comm if comm_kind(k["name"]) else comp).append(iv)

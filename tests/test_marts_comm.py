@@ -12,26 +12,12 @@ import tracedb
 from click.testing import CliRunner
 from tracedb.cli import main
 from conftest import corpus_file, trace_events, write_trace
-from marts_fixture import AR_US, gloo_events, rank_events, write_ranks
+from marts_fixture import AR_US, fixture_db, gloo_events, ingest_corpus, rank_events, rows, write_ranks  # noqa: F401 (fixture)
 from marts_oracle import collectives as oracle_collectives
 from marts_oracle import percentile
 
 NCCL_DATA = "hta/nccl_parser_config/nccl_data.json.gz"
 
-
-def rows(db, sql: str, params: list | None = None) -> list[dict]:
-    rel = db.sql(sql, params)
-    cols = rel.columns
-    return [dict(zip(cols, r)) for r in rel.fetchall()]
-
-
-@pytest.fixture(scope="module")
-def fixture_db(tmp_path_factory) -> tracedb.TraceDB:
-    root = tmp_path_factory.mktemp("comm")
-    db = tracedb.open(root / "wh")
-    db.ingest(write_ranks(root / "runs"), jobs=1)
-    yield db
-    db.close()
 
 
 def test_collectives_fixture_row_by_row(fixture_db):
@@ -109,7 +95,8 @@ def test_gloo_annotations_are_the_ops_and_c10d_only_without_them(tmp_path: Path)
 def test_comm_patterns_csv_replaces_the_defaults(tmp_path: Path):
     wh = tmp_path / "wh"
     with tracedb.open(wh) as db:
-        db.ingest(write_ranks(tmp_path / "runs", ranks=(0,)), jobs=1)
+        write_ranks(tmp_path / "runs", ranks=(0,))
+        db.ingest([tmp_path / "runs"], jobs=1)
         assert len(rows(db, "SELECT * FROM comm_patterns")) == 5  # the defaults
     # the workflow `tracedb migrate --help` shows: export, edit, rebuild
     runner = CliRunner()
@@ -138,7 +125,8 @@ def test_bad_comm_patterns_csv_is_a_clear_error(tmp_path: Path):
     wh.mkdir()
     (wh / "comm_patterns.csv").write_text("source,pattern,library,collective\nkernels,nccl,nccl,\n")
     with pytest.raises(tracedb.errors.ViewError, match="comm_patterns.csv.*source must be one of"):
-        tracedb.open(wh).ingest(write_ranks(tmp_path / "runs", ranks=(0,)), jobs=1)
+        write_ranks(tmp_path / "runs", ranks=(0,))
+        tracedb.open(wh).ingest([tmp_path / "runs"], jobs=1)
 
 
 # -- the real NCCL trace ----------------------------------------------------
@@ -146,10 +134,8 @@ def test_bad_comm_patterns_csv_is_a_clear_error(tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def nccl_db(tmp_path_factory):
-    path = corpus_file(NCCL_DATA)
-    db = tracedb.open(tmp_path_factory.mktemp("nccl") / "wh")
-    db.ingest([path], run="nccl", jobs=1)
-    yield db, trace_events(path)
+    db, events = ingest_corpus(tmp_path_factory.mktemp("nccl"), NCCL_DATA, "nccl")
+    yield db, events
     db.close()
 
 
