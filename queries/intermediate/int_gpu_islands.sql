@@ -9,28 +9,22 @@
 -- Grain: one row per run, rank, phase, file, device, scope, stream, step and island.
 -- requires: int_gpu_activity
 CREATE OR REPLACE VIEW int_gpu_islands AS
-WITH intervals AS (
-    SELECT run, rank, phase, file_id, device, 'stream' AS scope, false AS by_step, stream, NULL::BIGINT AS step, ts_ns, end_ns
-    FROM int_gpu_activity
-    UNION ALL
-    SELECT run, rank, phase, file_id, device, 'device' AS scope, false AS by_step, NULL::BIGINT AS stream, NULL::BIGINT AS step, ts_ns, end_ns
-    FROM int_gpu_activity
-    UNION ALL
-    SELECT run, rank, phase, file_id, device, activity AS scope, false AS by_step, NULL::BIGINT AS stream, NULL::BIGINT AS step, ts_ns, end_ns
-    FROM int_gpu_activity
-    WHERE activity IN ('compute', 'comm')
-    UNION ALL
-    SELECT run, rank, phase, file_id, device, 'kernel' AS scope, false AS by_step, NULL::BIGINT AS stream, NULL::BIGINT AS step, ts_ns, end_ns
-    FROM int_gpu_activity
-    WHERE activity IN ('compute', 'comm')
-    UNION ALL
-    SELECT run, rank, phase, file_id, device, activity AS scope, true AS by_step, NULL::BIGINT AS stream, step, ts_ns, end_ns
-    FROM int_gpu_activity
-    WHERE activity IN ('compute', 'comm')
-    UNION ALL
-    SELECT run, rank, phase, file_id, device, 'kernel' AS scope, true AS by_step, NULL::BIGINT AS stream, step, ts_ns, end_ns
-    FROM int_gpu_activity
-    WHERE activity IN ('compute', 'comm')
+WITH scopes AS (
+    SELECT scope, by_step
+    FROM (VALUES ('stream', false), ('device', false), ('compute', false), ('comm', false), ('kernel', false),
+                 ('compute', true), ('comm', true), ('kernel', true)) AS t(scope, by_step)
+),
+intervals AS (
+    -- each activity once per scope it belongs to (the activity is read once)
+    SELECT
+        a.run, a.rank, a.phase, a.file_id, a.device, s.scope, s.by_step,
+        CASE WHEN s.scope = 'stream' THEN a.stream END AS stream,
+        CASE WHEN s.by_step THEN a.step END AS step,
+        a.ts_ns, a.end_ns
+    FROM int_gpu_activity a
+    JOIN scopes s
+      ON s.scope IN ('stream', 'device')
+      OR (a.activity IN ('compute', 'comm') AND s.scope IN (a.activity, 'kernel'))
 ),
 marked AS (
     SELECT
