@@ -54,7 +54,7 @@ from .parse import (
 )
 from .schema import COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
 
-PIECE_BYTES = 8 << 20
+PIECE_BYTES = 4 << 20
 _HEAD_LIMIT = 64 << 20
 _READ_BYTES = 4 << 20
 _TWO43 = float(1 << 43)

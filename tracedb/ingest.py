@@ -182,7 +182,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int) -> TraceMeta:
                 dsts = {t: writer.part(t, piece.number) for t in TABLES}
                 pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts))
                 del piece
-                while len(pending) >= 2 * workers:
+                while len(pending) > workers:
                     collect()
             while pending:
                 collect()

@@ -28,6 +28,7 @@ from .errors import WarehouseError
 from .schema import SCHEMAS, TABLES
 
 STAGING = ".staging"
+FINALIZE_MEMORY = "256MB"
 
 
 def partition_dir(warehouse: Path, table: str, run: str, rank: int, phase: str) -> Path:
@@ -141,7 +142,9 @@ class TraceWriter:
     def finalize(self, shift_ns: int, threads: int = 1) -> None:
         """One DuckDB pass per table: file_id, absolute times, self_ns."""
         self.close_staged()
-        con = duckdb.connect(config={"threads": threads, "memory_limit": "512MB",
+        # 256MB: with the interpreter, the whole ingest stays under 600 MB
+        # whatever the trace's size (DuckDB spills its sorts to disk).
+        con = duckdb.connect(config={"threads": threads, "memory_limit": FINALIZE_MEMORY,
                                      "temp_directory": str(self.dir / "spill")})
         try:
             for table in TABLES:
