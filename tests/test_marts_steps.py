@@ -8,6 +8,8 @@ from collections import defaultdict
 
 import pytest
 
+import tracedb
+from conftest import write_trace
 from marts_fixture import STEP_US, fixture_db, ingest_corpus, rank_events, rows  # noqa: F401 (fixture)
 from marts_oracle import annotation_kernels, kernels, launch_calls, ns, percentile, slices, step_at, steps
 
@@ -149,3 +151,18 @@ def test_annotations_deepseek(tmp_path):
     # the DualPipe regions inside the step hold all of its kernels between them
     leaves = [n for n in by_name if "(" in n]
     assert sum(by_name[n]["kernel_count"] for n in leaves) == by_name["ProfilerStep#1"]["kernel_count"] == len(kernels(events))
+
+
+def test_steps_written_as_cpu_ops(tmp_path):
+    """Older PyTorch wrote ProfilerStep#N with cat cpu_op."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": k * 100, "dur": 90}
+          for k in (7, 8)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": k * 100 + 10, "dur": 5}
+           for k in (7, 8)]
+    write_trace(tmp_path / "runs" / "old" / "rank0.json", ev)
+    with tracedb.open(tmp_path / "wh") as db:
+        db.ingest([tmp_path / "runs"], jobs=1)
+        assert rows(db, "SELECT step, dur_us FROM step_times ORDER BY step") == [
+            {"step": 7, "dur_us": 90}, {"step": 8, "dur_us": 90}]
+        assert rows(db, "SELECT step FROM int_op_steps WHERE name = 'aten::add' ORDER BY step") == [
+            {"step": 7}, {"step": 8}]

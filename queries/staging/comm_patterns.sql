@@ -13,7 +13,7 @@ CREATE OR REPLACE VIEW comm_patterns AS
 WITH defaults AS (
     SELECT priority, source, pattern, library, collective
     FROM (VALUES
-        (1, 'kernel', '^(?:void )?nccl(?:Dev)?Kernel_([A-Za-z]+)', 'nccl', NULL),
+        (1, 'kernel', '(?:^|[^A-Za-z])nccl(?:Dev)?Kernel_([A-Za-z]+)', 'nccl', NULL),
         (2, 'kernel', '(?:dpsk::ep|deep_ep)::\w+::(dispatch|combine)\b', 'deepep', NULL),
         (3, 'kernel', '(?:dpsk::ep|deep_ep)::\w+::\w*notify', 'deepep', 'notify'),
         (4, 'annotation', '^gloo:(\w+)', 'gloo', NULL),
