@@ -45,7 +45,9 @@ class TraceDB:
         if w.exists() and not w.is_dir():
             raise WarehouseError(f"{w}: exists and is not a folder")
         if w.is_dir() and not (w / CATALOG_NAME).exists() and any(
-            p.name not in {"events", "flows", "counters", ".staging", ".tracedb.lock", COMM_PATTERNS_CSV}
+            # (.tracedb*: locks and catalog copies of an ingest killed before its first swap)
+            p.name not in {"events", "flows", "counters", ".staging", COMM_PATTERNS_CSV}
+            and not p.name.startswith(".tracedb")
             for p in w.iterdir()
         ):
             raise WarehouseError(

@@ -28,7 +28,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from . import locks
-from .catalog import CATALOG_NAME, Catalog
+from .catalog import CATALOG_NAME, LOCK_NAME, Catalog
 from .errors import WarehouseError
 from .schema import TABLES
 from .store import STAGING
@@ -125,7 +125,8 @@ def check(warehouse: str | Path, repair: bool = False,
     it finds, only when the warehouse cannot be read at all."""
     warehouse = Path(warehouse).absolute()
     catalog = Catalog(warehouse)
-    if not warehouse.is_dir() or not (catalog.exists() or any((warehouse / t).exists() for t in TABLES)):
+    marks = (CATALOG_NAME, *TABLES, STAGING, LOCK_NAME, locks.INGEST_LOCK_NAME)
+    if not warehouse.is_dir() or not any((warehouse / m).exists() for m in marks):
         raise WarehouseError(f"no tracedb warehouse at {warehouse}")
     report = CheckReport(str(warehouse))
     with locks.exclusive(warehouse, on_wait):
