@@ -268,5 +268,45 @@ def migrate(ctx):
     _err("Views rebuilt.")
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; a non-loopback one needs TRACEDB_SERVE_PASSWORD.")
+@click.option("--port", default=5433, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--statement-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds a statement may run.")
+@click.option("--max-rows", default=1_000_000, show_default=True, type=click.IntRange(min=1),
+              help="Rows a statement may return.")
+@click.pass_context
+def serve(ctx, host, port, statement_timeout, max_rows):
+    """Serve the warehouse read-only over the PostgreSQL wire protocol, for
+    BI tools (Superset, Grafana, Metabase, DBeaver) and psql / psycopg.
+
+    Set TRACEDB_SERVE_PASSWORD to require a password. The server can read
+    nothing outside the warehouse and refuses writes, COPY, ATTACH and
+    INSTALL. New sessions see traces ingested while it runs.
+
+    \b
+    Example:
+      tracedb -w wh serve --port 5433
+      psql "host=127.0.0.1 port=5433 dbname=tracedb user=tracedb" -c "SELECT * FROM hotspots LIMIT 5"
+    """
+    from .serve import ServeConfig, Server
+
+    db = _db(ctx)
+    db.connect()  # a clear error when there is no warehouse; re-points a moved one
+    db.close()
+    password = os.environ.get("TRACEDB_SERVE_PASSWORD") or None
+    server = Server(db.catalog.path, db.warehouse, ServeConfig(
+        host=host, port=port, password=password, statement_timeout_s=statement_timeout,
+        max_rows=max_rows))
+    server.start()
+    _err(f"Serving {db.warehouse} on {host}:{server.port} (read-only"
+         f"{', password required' if password else ''}); Ctrl-C stops.")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        _err("Stopped.")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main(prog_name=os.path.basename(sys.argv[0]))

@@ -348,7 +348,10 @@ class ScramVerifier:
 
         Returns the server-final message on success, None if the proof is wrong.
         """
-        text = client_first.decode("utf-8")
+        try:
+            text = client_first.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ProtocolError("SCRAM client-first-message is not UTF-8") from e
         gs2_flag, _, rest = text.partition(",")
         if gs2_flag.startswith("p"):
             raise ProtocolError("SCRAM channel binding is not supported (connect without TLS)")
@@ -358,7 +361,10 @@ class ScramVerifier:
             raise ProtocolError("SCRAM client-first-message without a nonce")
         nonce = attrs["r"] + base64.b64encode(secrets.token_bytes(18)).decode("ascii")
         server_first = f"r={nonce},s={base64.b64encode(self._salt).decode('ascii')},i={self.ITERATIONS}"
-        client_final = read_response(server_first.encode("utf-8")).decode("utf-8")
+        try:
+            client_final = read_response(server_first.encode("utf-8")).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ProtocolError("SCRAM client-final-message is not UTF-8") from e
         without_proof, _, proof_part = client_final.rpartition(",p=")
         final_attrs = _scram_attrs(without_proof)
         if final_attrs.get("r") != nonce or not proof_part:
@@ -450,7 +456,7 @@ DUCKDB_TO_PG: dict[str, PgType] = {
     "decimal": NUMERIC,
     "float": FLOAT4,
     "double": FLOAT8,
-    "varchar": TEXT,
+    "varchar": VARCHAR,
     "blob": BYTEA,
     "date": DATE,
     "time": TIME,
@@ -463,7 +469,7 @@ DUCKDB_TO_PG: dict[str, PgType] = {
     "timestamp with time zone": TIMESTAMPTZ,
     "interval": INTERVAL,
     "uuid": UUID,
-    "enum": TEXT,
+    "enum": VARCHAR,
 }
 
 
@@ -482,12 +488,23 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _format_float(value: float) -> str:
+def _format_float(value: float, single: bool = False) -> str:
+    """Shortest text that reads back as the same float4/float8, as PostgreSQL 12+ prints it."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
-    return repr(value)
+    if single:
+        target = struct.unpack("!f", struct.pack("!f", value))[0]
+        for digits in range(1, 10):
+            text = f"{value:.{digits}g}"
+            try:
+                if struct.unpack("!f", struct.pack("!f", float(text)))[0] == target:
+                    return text
+            except OverflowError:  # rounded past the float4 range
+                continue
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
 
 
 def _format_offset(offset: dt.timedelta | None) -> str:
@@ -533,7 +550,7 @@ def encode_text(value: Any, pg_type: PgType, tz: dt.tzinfo | None = None) -> byt
     if pg_type is BYTEA:
         return b"\\x" + bytes(value).hex().encode("ascii")
     if isinstance(value, float):
-        return _format_float(value).encode("ascii")
+        return _format_float(value, single=pg_type is FLOAT4).encode("ascii")
     if isinstance(value, decimal.Decimal):
         if value.is_nan():
             return b"NaN"
@@ -573,7 +590,7 @@ def _numeric_binary(value: decimal.Decimal) -> bytes:
         return struct.pack("!hhHh", 0, 0, 0xD000 if value > 0 else 0xF000, 0)
     exponent = value.as_tuple().exponent
     dscale = max(0, -exponent) if isinstance(exponent, int) else 0
-    int_part, _, frac_part = format(abs(value), "f").partition(".")
+    int_part, _, frac_part = format(value.copy_abs(), "f").partition(".")
     int_part = int_part.lstrip("0")
     int_part = "0" * (-len(int_part) % 4) + int_part
     frac_part = frac_part + "0" * (-len(frac_part) % 4)

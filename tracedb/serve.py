@@ -42,26 +42,33 @@ an SSH tunnel.
 
 PostgreSQL emulation. DuckDB already provides ``pg_catalog`` (pg_class,
 pg_namespace, pg_attribute, pg_type, ...) and ``information_schema``; what
-clients send beyond that is handled in two documented tables below:
+clients send beyond that (psql's ``\\d`` family, SQLAlchemy's inspector,
+Grafana's pickers) is handled by four documented tables below, and nothing is
+ever created in the catalog:
 
-- :data:`REWRITES`: token-level rewrites of PostgreSQL-only syntax into
-  DuckDB syntax (``OPERATOR(pg_catalog.~)``, ``COLLATE pg_catalog.default``,
-  ``::regclass`` ...), applied outside string literals and comments;
-- :data:`INTERCEPTS`: statements answered by the server itself instead of
-  DuckDB: session commands (``SET``/``RESET``/``SHOW`` of client settings,
-  ``BEGIN``/``COMMIT``/``ROLLBACK``, ``DEALLOCATE``, ``DISCARD``).
+- :data:`REWRITES`: regular rewrites of PostgreSQL-only syntax into DuckDB
+  syntax (``OPERATOR(pg_catalog.~)``, ``COLLATE pg_catalog.default``,
+  ``'x'::regclass``, ``pg_catalog.fn(`` ...), applied outside string literals
+  and comments;
+- :data:`COMPAT_MACROS`: temporary macros, created in each session, for
+  PostgreSQL functions DuckDB lacks or answers differently (``version()``,
+  ``format_type``, ``obj_description``, ``quote_ident`` ...);
+- :data:`COMPAT_RELATIONS`: catalog relations with the columns PostgreSQL
+  clients expect, added to a query as CTEs when it mentions them;
+- :data:`INTERCEPTS`: statements the server answers itself: transaction
+  control (no-ops), ``SET``/``RESET``/``SHOW`` of PostgreSQL client settings,
+  ``DEALLOCATE``, ``DISCARD`` and SQL cursors (``DECLARE``/``FETCH``/``CLOSE``).
 
-Plus :data:`COMPAT_MACROS`: temporary macros created in every session for
-PostgreSQL functions DuckDB lacks or answers differently (``version()``,
-``pg_get_userbyid`` ...). Temporary objects shadow DuckDB's built-in
-``pg_catalog`` for unqualified names, which is why the rewrites drop the
-``pg_catalog.`` qualifier from the names that have a compat definition.
+Values go out in text format, or in binary where a client asks for it
+(:mod:`tracedb.pgwire` lists the types); nested DuckDB values (LIST, STRUCT,
+MAP) are sent as JSON text.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import itertools
 import logging
 import os
 import re
@@ -78,6 +85,7 @@ from typing import Any, Callable, Iterator, Sequence
 import duckdb
 
 from tracedb import pgwire
+from tracedb.errors import TracedbError
 from tracedb.pgwire import Column, PgType, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -87,7 +95,7 @@ log = logging.getLogger(__name__)
 PG_VERSION = "15.0"
 
 
-class ServeError(Exception):
+class ServeError(TracedbError):
     """The server cannot start: bad configuration, missing catalog, unsafe address."""
 
 
@@ -142,14 +150,28 @@ def open_catalog(catalog_path: Path, warehouse: Path) -> duckdb.DuckDBPyConnecti
     every ``cursor()`` of it is sandboxed the same way.
     """
     try:
-        db = duckdb.connect(str(catalog_path), read_only=True)
+        # A configuration of its own keeps this instance out of DuckDB's per-process
+        # instance cache: a plain duckdb.connect(catalog) elsewhere in the process then
+        # fails loudly instead of silently sharing this locked-down instance.
+        db = duckdb.connect(str(catalog_path), read_only=True, config={"custom_user_agent": "tracedb-serve"})
     except duckdb.Error as e:
         raise ServeError(f"cannot open catalog {catalog_path} read-only: {e}") from e
-    directories = {str(warehouse.absolute()).rstrip(os.sep) + os.sep, str(warehouse.resolve()).rstrip(os.sep) + os.sep}
-    dir_list = ", ".join(_sql_string(d) for d in sorted(directories))
+    directories = sorted({str(warehouse.absolute()).rstrip(os.sep) + os.sep,
+                          str(warehouse.resolve()).rstrip(os.sep) + os.sep})
+    locked, external, allowed = db.execute(
+        "SELECT current_setting('lock_configuration'), current_setting('enable_external_access'),"
+        " current_setting('allowed_directories')"
+    ).fetchone()
+    if locked:
+        # DuckDB handed back the instance another Server of this process opened.
+        # (DuckDB adds its temp directory, <catalog>.tmp/, inside the warehouse.)
+        if external or not all(any(a.startswith(d) for d in directories) for a in allowed):
+            db.close()
+            raise ServeError(f"catalog {catalog_path} is already open in this process with other settings")
+        return db
     db.execute("SET autoinstall_known_extensions = false")
     db.execute("SET allow_community_extensions = false")
-    db.execute(f"SET allowed_directories = [{dir_list}]")
+    db.execute(f"SET allowed_directories = [{', '.join(_sql_string(d) for d in directories)}]")
     db.execute("SET enable_external_access = false")
     db.execute("SET lock_configuration = true")
     return db
@@ -244,132 +266,6 @@ def check_statement(cursor: duckdb.DuckDBPyConnection, statement: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Rewrite:
-    """Replace PostgreSQL-only syntax by its DuckDB equivalent (outside literals and comments)."""
-
-    name: str
-    pattern: re.Pattern[str]
-    replacement: str | Callable[[re.Match[str]], str]
-    why: str
-
-
-#: Temporary scalar macros created in every session (``CREATE TEMP MACRO name...``) for
-#: PostgreSQL functions that DuckDB lacks or answers differently. They shadow
-#: DuckDB's built-ins for unqualified calls; the ``compat-qualifier`` rewrite turns
-#: ``pg_catalog.name(`` into ``name(``. Macros never show up in table listings.
-COMPAT_MACROS: dict[str, str] = {
-    "version": f"() AS 'PostgreSQL {PG_VERSION} (tracedb serve, DuckDB {duckdb.__version__})'",
-    "pg_get_userbyid": "(role_oid) AS 'tracedb'",
-}
-
-#: PostgreSQL catalog relations that DuckDB lacks, or has with fewer columns:
-#: name -> SELECT. A statement that mentions one (qualified or not) gets it as a
-#: CTE of that name, so nothing is created in the database and listings
-#: (information_schema, SHOW TABLES, pg_class) stay exactly the catalog's.
-COMPAT_RELATIONS: dict[str, str] = {
-    "pg_class": "SELECT * REPLACE ('d' AS relreplident), false AS relforcerowsecurity FROM pg_catalog.pg_class",
-}
-
-_COMPAT_MACRO_NAMES = "|".join(sorted(COMPAT_MACROS))
-
-#: Applied in order to every query before it is parsed.
-REWRITES: tuple[Rewrite, ...] = (
-    Rewrite(
-        "operator-syntax",
-        re.compile(r"OPERATOR\s*\(\s*(?:pg_catalog\s*\.\s*)?([~!=<>@#%^&|`?*+/-]+)\s*\)", re.IGNORECASE),
-        lambda m: f" {m.group(1)} ",
-        "psql writes operators as OPERATOR(pg_catalog.~); DuckDB has the bare operators",
-    ),
-    Rewrite(
-        "collate-default",
-        re.compile(r"\s+COLLATE\s+(?:pg_catalog\s*\.\s*)?(?:\"default\"|default|\"C\"|C)\b", re.IGNORECASE),
-        "",
-        "psql adds COLLATE pg_catalog.default to name patterns",
-    ),
-    Rewrite(
-        "compat-qualifier",
-        re.compile(rf"\bpg_catalog\s*\.\s*({_COMPAT_MACRO_NAMES})\s*\(", re.IGNORECASE),
-        lambda m: f"{m.group(1)}(",
-        "let the session's compat macros shadow DuckDB's pg_catalog",
-    ),
-)
-
-_LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-def _outside_literals(sql: str, transform: Callable[[str], str]) -> str:
-    """Apply ``transform`` to ``sql`` with string literals and comments held aside."""
-    kept: list[str] = []
-
-    def stash(m: re.Match[str]) -> str:
-        kept.append(m.group(0))
-        return f"\0{len(kept) - 1}\0"
-
-    code = transform(_LITERAL_OR_COMMENT.sub(stash, sql))
-    return re.sub(r"\0(\d+)\0", lambda m: kept[int(m.group(1))], code)
-
-
-def rewrite(sql: str) -> str:
-    """Apply :data:`REWRITES` to ``sql`` outside string literals and comments."""
-
-    def apply(code: str) -> str:
-        for rule in REWRITES:
-            code = rule.pattern.sub(rule.replacement, code)  # type: ignore[arg-type]
-        return code
-
-    return _outside_literals(sql, apply)
-
-
-_COMPAT_RELATION_REF = re.compile(
-    rf"\b(?:pg_catalog\s*\.\s*)?({'|'.join(sorted(COMPAT_RELATIONS))})\b(?!\s*\()", re.IGNORECASE
-)
-_WITH_PREFIX = re.compile(r"^\s*WITH(\s+RECURSIVE)?\s+", re.IGNORECASE)
-
-
-def add_compat_relations(sql: str) -> str:
-    """Give a SELECT the :data:`COMPAT_RELATIONS` it mentions as CTEs."""
-    used: list[str] = []
-
-    def unqualify(code: str) -> str:
-        def one(m: re.Match[str]) -> str:
-            name = m.group(1).lower()
-            if name not in used:
-                used.append(name)
-            return name
-
-        return _COMPAT_RELATION_REF.sub(one, code)
-
-    sql = _outside_literals(sql, unqualify)
-    if not used:
-        return sql
-    ctes = ", ".join(f"{name} AS ({COMPAT_RELATIONS[name]})" for name in used)
-    with_prefix = _WITH_PREFIX.match(sql)
-    if with_prefix:
-        return f"WITH{with_prefix.group(1) or ''} {ctes}, {sql[with_prefix.end():]}"
-    return f"WITH {ctes} {sql}"
-
-
-@dataclass
-class Result:
-    """What a statement returns: columns (None: no rows), rows, and the command tag.
-
-    ``tag`` None means ``SELECT <number of rows sent>``.
-    """
-
-    columns: list[tuple[str, PgType]] | None
-    rows: Iterator[Sequence[Any]] = field(default_factory=lambda: iter(()))
-    tag: str | None = None
-
-
-def _command(tag: str) -> Result:
-    return Result(None, iter(()), tag)
-
-
-def _one_value(name: str, value: str) -> Result:
-    return Result([(name, pgwire.TEXT)], iter([(value,)]), "SHOW")
-
-
-@dataclass(frozen=True)
 class Setting:
     """A PostgreSQL run-time parameter the server knows."""
 
@@ -423,76 +319,384 @@ SETTINGS: dict[str, Setting] = {
     )
 }
 
-_NAME = r"(?:[A-Za-z_][\w.]*|\"[^\"]+\")"
+@dataclass(frozen=True)
+class Rewrite:
+    """Replace PostgreSQL-only syntax by its DuckDB equivalent (outside literals and comments)."""
 
-#: Statements the server answers itself: (name, pattern over the statement
-#: without comments and trailing ';', handler). Tried in order.
-INTERCEPTS: list[tuple[str, re.Pattern[str], Callable[["Session", re.Match[str]], Result]]] = []
+    name: str
+    pattern: re.Pattern[str]
+    replacement: str | Callable[[re.Match[str]], str]
+    why: str
 
 
-def intercept(name: str, pattern: str) -> Callable[[Callable[["Session", re.Match[str]], Result]], Callable[["Session", re.Match[str]], Result]]:
+#: DuckDB's ``format_type`` names -> PostgreSQL's, as psql and SQLAlchemy expect them.
+#: Nested types are ``text`` (their values are sent as JSON text).
+_FORMAT_TYPE_NAMES = {
+    "bool": "boolean", "int2": "smallint", "int4": "integer", "int8": "bigint", "tinyint": "smallint",
+    "utinyint": "smallint", "usmallint": "integer", "uinteger": "bigint", "ubigint": "numeric",
+    "hugeint": "numeric", "uhugeint": "numeric", "bignum": "numeric", "float4": "real",
+    "float8": "double precision", "varchar": "character varying", "time": "time without time zone",
+    "timetz": "time with time zone", "timestamp": "timestamp without time zone",
+    "timestamp_s": "timestamp without time zone", "timestamp_ms": "timestamp without time zone",
+    "timestamp_ns": "timestamp without time zone", "timestamptz": "timestamp with time zone",
+    "list": "text", "array": "text", "struct": "text", "map": "text", "union": "text", "bit": "text",
+}
+
+#: DuckDB's ``information_schema.columns.data_type`` -> PostgreSQL's.
+_DATA_TYPE_NAMES = {
+    "BOOLEAN": "boolean", "TINYINT": "smallint", "SMALLINT": "smallint", "INTEGER": "integer",
+    "BIGINT": "bigint", "UTINYINT": "smallint", "USMALLINT": "integer", "UINTEGER": "bigint",
+    "UBIGINT": "numeric", "HUGEINT": "numeric", "UHUGEINT": "numeric", "FLOAT": "real",
+    "DOUBLE": "double precision", "VARCHAR": "character varying", "BLOB": "bytea", "DATE": "date",
+    "TIME": "time without time zone", "TIME WITH TIME ZONE": "time with time zone",
+    "TIMESTAMP": "timestamp without time zone", "TIMESTAMP_S": "timestamp without time zone",
+    "TIMESTAMP_MS": "timestamp without time zone", "TIMESTAMP_NS": "timestamp without time zone",
+    "TIMESTAMP WITH TIME ZONE": "timestamp with time zone", "INTERVAL": "interval", "UUID": "uuid",
+    "JSON": "json",
+}
+
+#: Temporary scalar macros created in every session (``CREATE TEMP MACRO name...``) for
+#: PostgreSQL functions that DuckDB lacks or answers differently. They shadow
+#: DuckDB's built-ins for unqualified calls; the ``function-qualifier`` rewrite turns
+#: ``pg_catalog.name(`` into ``name(``. Macros never show up in table listings.
+COMPAT_MACROS: dict[str, str] = {
+    "version": f"() AS 'PostgreSQL {PG_VERSION} (tracedb serve, DuckDB {duckdb.__version__})'",
+    "pg_get_userbyid": "(role_oid_) AS 'tracedb'",
+    "pg_get_expr": "(node_, relation_oid_) AS node_, (node_, relation_oid_, pretty_) AS node_",
+    "obj_description": "(object_oid_) AS (SELECT max(description) FROM pg_catalog.pg_description"
+    " WHERE objoid = object_oid_ AND objsubid = 0),"
+    " (object_oid_, catalog_name_) AS (SELECT max(description) FROM pg_catalog.pg_description"
+    " WHERE objoid = object_oid_ AND objsubid = 0)",
+    "col_description": "(table_oid_, column_number_) AS (SELECT max(description) FROM pg_catalog.pg_description"
+    " WHERE objoid = table_oid_ AND objsubid = column_number_)",
+    "pg_get_viewdef": "(view_oid_) AS (SELECT regexp_replace(max(sql), '^CREATE\\s+VIEW\\s+.*?\\s+AS\\s+', '', 's')"
+    " FROM duckdb_views() WHERE view_oid = view_oid_),"
+    " (view_oid_, pretty_) AS (SELECT regexp_replace(max(sql), '^CREATE\\s+VIEW\\s+.*?\\s+AS\\s+', '', 's')"
+    " FROM duckdb_views() WHERE view_oid = view_oid_)",
+    "pg_table_size": "(relation_oid_) AS (SELECT max(estimated_size) FROM duckdb_tables()"
+    " WHERE table_oid = relation_oid_)",
+    "pg_total_relation_size": "(relation_oid_) AS pg_table_size(relation_oid_)",
+    "pg_relation_size": "(relation_oid_) AS pg_table_size(relation_oid_)",
+    "pg_encoding_to_char": "(encoding_) AS 'UTF8'",
+    "pg_get_function_result": "(function_oid_) AS NULL::VARCHAR",
+    "pg_get_function_arguments": "(function_oid_) AS NULL::VARCHAR",
+    "pg_get_function_identity_arguments": "(function_oid_) AS NULL::VARCHAR",
+    "pg_get_serial_sequence": "(table_name_, column_name_) AS NULL::VARCHAR",
+    "pg_get_indexdef": "(index_oid_) AS NULL::VARCHAR, (index_oid_, column_, pretty_) AS NULL::VARCHAR",
+    "quote_ident": "(name_) AS CASE WHEN regexp_full_match(name_, '[a-z_][a-z0-9_$]*') THEN name_"
+    " ELSE '\"' || replace(name_, '\"', '\"\"') || '\"' END",
+    "array_lower": "(array_, dim_) AS CASE WHEN len(array_) > 0 THEN 1 END",
+    "array_upper": "(array_, dim_) AS CASE WHEN len(array_) > 0 THEN len(array_) END",
+    "current_setting": "(name_) AS CASE lower(name_) "
+    + " ".join(f"WHEN '{key}' THEN '{s.default}'" for key, s in SETTINGS.items())
+    + " ELSE \"system\".main.current_setting(name_)::VARCHAR END",
+    "format_type": "(type_oid_, typemod_) AS CASE \"system\".pg_catalog.format_type(type_oid_, typemod_) "
+    + " ".join(f"WHEN '{duck}' THEN '{pg}'" for duck, pg in _FORMAT_TYPE_NAMES.items())
+    + " ELSE \"system\".pg_catalog.format_type(type_oid_, typemod_) END",
+    "parse_ident": "(name_) AS list_transform(string_split(name_, '.'), lambda part_: trim(part_, '\"'))",
+    "pg_data_type": "(duckdb_type_) AS CASE WHEN duckdb_type_ LIKE 'DECIMAL%' THEN 'numeric'"
+    " WHEN duckdb_type_ LIKE '%]' THEN 'ARRAY'"
+    " WHEN regexp_matches(duckdb_type_, '^(STRUCT|MAP|UNION)') THEN 'text' ELSE CASE duckdb_type_ "
+    + " ".join(f"WHEN '{duck}' THEN '{pg}'" for duck, pg in _DATA_TYPE_NAMES.items())
+    + " ELSE lower(duckdb_type_) END END",
+    "regclass_oid": "(name_) AS (SELECT max(oid) FROM pg_catalog.pg_class"
+    " WHERE relname = trim(string_split(name_, '.')[-1], '\"'))",
+}
+
+#: PostgreSQL catalog relations that DuckDB lacks, or has with fewer columns or
+#: DuckDB-style values: qualified name -> SELECT. A statement that mentions one
+#: gets it as a CTE (``pg_catalog.X``: named ``X``, so unqualified references
+#: match too; ``information_schema.X``: named ``information_schema_X``), so
+#: nothing is created in the database and listings stay exactly the catalog's.
+COMPAT_RELATIONS: dict[str, str] = {
+    "pg_catalog.pg_class": "SELECT * REPLACE ('d' AS relreplident, CAST(reloptions AS VARCHAR[]) AS reloptions),"
+    " false AS relforcerowsecurity FROM pg_catalog.pg_class",
+    "pg_catalog.pg_attribute": "SELECT * REPLACE ('p' AS attstorage) FROM pg_catalog.pg_attribute",
+    "pg_catalog.pg_description": "SELECT objoid,"
+    " (SELECT max(oid) FROM pg_catalog.pg_class WHERE relname = 'pg_class') AS classoid,"
+    " objsubid, description FROM pg_catalog.pg_description",
+    "pg_catalog.pg_index": "SELECT *, false AS indnullsnotdistinct FROM pg_catalog.pg_index",
+    "pg_catalog.pg_opclass": "SELECT NULL::BIGINT AS oid, NULL::VARCHAR AS opcname, NULL::BOOLEAN AS opcdefault"
+    " WHERE false",
+    "pg_catalog.pg_database": "SELECT *, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype,"
+    " NULL::VARCHAR AS daticulocale, 'c' AS datlocprovider, NULL::VARCHAR[] AS datacl, 0 AS dattablespace, 0 AS datdba,"
+    " -1 AS datconnlimit FROM pg_catalog.pg_database",
+    "information_schema.columns": "SELECT * REPLACE (pg_data_type(data_type) AS data_type)"
+    " FROM information_schema.columns",
+}
+
+#: Applied in order to every query before it is parsed.
+REWRITES: tuple[Rewrite, ...] = (
+    Rewrite(
+        "operator-syntax",
+        re.compile(r"OPERATOR\s*\(\s*(?:pg_catalog\s*\.\s*)?([~!=<>@#%^&|`?*+/-]+)\s*\)", re.IGNORECASE),
+        lambda m: f" {m.group(1)} ",
+        "psql writes operators as OPERATOR(pg_catalog.~); DuckDB has the bare operators",
+    ),
+    Rewrite(
+        "collate-default",
+        re.compile(r"\s+COLLATE\s+(?:pg_catalog\s*\.\s*)?(?:\"default\"|default|\"C\"|C)\b", re.IGNORECASE),
+        "",
+        "psql adds COLLATE pg_catalog.default to name patterns",
+    ),
+    Rewrite(
+        "function-qualifier",
+        re.compile(r"\bpg_catalog\s*\.\s*(\w+)\s*\(", re.IGNORECASE),
+        lambda m: f"{m.group(1)}(",
+        "DuckDB keeps few functions in pg_catalog but finds all of them, and the session's"
+        " compat macros, unqualified",
+    ),
+    Rewrite(
+        "grafana-search-path",
+        re.compile(
+            r"SELECT\s+CASE\s+WHEN\s+trim\(s\[i\]\)\s*=\s*\0\d+\0\s+THEN\s+user\s+ELSE\s+trim\(s\[i\]\)\s+END"
+            r"\s+FROM\s+generate_series\(.*?\)\s+as\s+i\s*,"
+            r"\s*string_to_array\(\s*current_setting\(\s*\0\d+\0\s*\)\s*,\s*\0\d+\0\s*\)\s+s\b",
+            re.IGNORECASE | re.DOTALL,
+        ),
+        "SELECT current_schema()",
+        "Grafana's schemas-on-the-search-path subquery (a set-returning function in FROM)",
+    ),
+    Rewrite(
+        "function-renames",
+        re.compile(r"\b(json_build_object|jsonb_build_object)\s*\(", re.IGNORECASE),
+        "json_object(",
+        "json_build_object is DuckDB's json_object",
+    ),
+    Rewrite(
+        "regclass-literal",
+        re.compile(r"(\0\d+\0|\$\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?regclass\b", re.IGNORECASE),
+        lambda m: f"regclass_oid({m.group(1)})",
+        "'name'::regclass is the OID of a relation",
+    ),
+    Rewrite(
+        "regclass-literal-cast",
+        re.compile(r"\bCAST\s*\(\s*(\0\d+\0|\$\d+)\s+AS\s+(?:pg_catalog\s*\.\s*)?regclass\s*\)", re.IGNORECASE),
+        lambda m: f"regclass_oid({m.group(1)})",
+        "CAST('name' AS REGCLASS), as SQLAlchemy writes it",
+    ),
+    Rewrite(
+        "reg-types-cast",
+        re.compile(r"\bAS\s+(?:pg_catalog\s*\.\s*)?(?:regtype|regclass|regproc|regprocedure|regnamespace|regrole)\s*\)",
+                   re.IGNORECASE),
+        "AS VARCHAR)",
+        "CAST(expr AS REGCLASS): the name is printed as the number",
+    ),
+    Rewrite(
+        "reg-types",
+        re.compile(r"::\s*(?:pg_catalog\s*\.\s*)?(?:regtype|regclass|regproc|regprocedure|regnamespace|regrole)\b",
+                   re.IGNORECASE),
+        "::VARCHAR",
+        "OID alias types, used by psql to print names: DuckDB prints the number",
+    ),
+    Rewrite(
+        "type-qualifier",
+        re.compile(r"::\s*pg_catalog\s*\.\s*(?:\"(\w+)\"|(\w+))", re.IGNORECASE),
+        lambda m: "::" + _PG_TYPE_NAMES.get((m.group(1) or m.group(2)).lower(), m.group(1) or m.group(2)),
+        "casts to pg_catalog.text, pg_catalog.\"char\" ...: DuckDB types are unqualified",
+    ),
+    Rewrite(
+        "name-type",
+        re.compile(r"::\s*(?:name|\"char\"|bpchar)\b", re.IGNORECASE),
+        "::VARCHAR",
+        "PostgreSQL's name and \"char\" types",
+    ),
+)
+
+#: PostgreSQL type names in casts that DuckDB spells differently.
+_PG_TYPE_NAMES = {"name": "VARCHAR", "char": "VARCHAR", "bpchar": "VARCHAR", "text": "VARCHAR", "oid": "BIGINT",
+                  "int2": "SMALLINT", "int4": "INTEGER", "int8": "BIGINT", "float4": "REAL", "float8": "DOUBLE",
+                  "bool": "BOOLEAN", "regtype": "VARCHAR", "regclass": "VARCHAR", "regproc": "VARCHAR"}
+
+_LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def _outside_literals(sql: str, transform: Callable[[str], str]) -> str:
+    """Apply ``transform`` to ``sql`` with string literals and comments held aside."""
+    kept: list[str] = []
+
+    def stash(m: re.Match[str]) -> str:
+        kept.append(m.group(0))
+        return f"\0{len(kept) - 1}\0"
+
+    code = transform(_LITERAL_OR_COMMENT.sub(stash, sql))
+    return re.sub(r"\0(\d+)\0", lambda m: kept[int(m.group(1))], code)
+
+
+def rewrite(sql: str) -> str:
+    """Apply :data:`REWRITES` to ``sql`` outside string literals and comments."""
+
+    # The literal placeholders are visible to the rules (see "regclass-literal").
+    def apply(code: str) -> str:
+        for rule in REWRITES:
+            code = rule.pattern.sub(rule.replacement, code)  # type: ignore[arg-type]
+        return code
+
+    return _outside_literals(sql, apply)
+
+
+def _compat_cte_name(qualified: str) -> str:
+    schema, _, name = qualified.partition(".")
+    return name if schema == "pg_catalog" else f"{schema}_{name}"
+
+
+_COMPAT_CTES = {_compat_cte_name(q): sql for q, sql in COMPAT_RELATIONS.items()}
+_COMPAT_RELATION_REF = re.compile(
+    r"\b(?:"
+    + "|".join(
+        rf"(?:pg_catalog\s*\.\s*)?{q.partition('.')[2]}" if q.startswith("pg_catalog.")
+        else rf"{q.partition('.')[0]}\s*\.\s*{q.partition('.')[2]}"
+        for q in sorted(COMPAT_RELATIONS)
+    )
+    + r")\b(?!\s*\()",
+    re.IGNORECASE,
+)
+_SELECT_START = re.compile(r"^\s*(?:SELECT|WITH|FROM)\b", re.IGNORECASE)
+_WITH_PREFIX = re.compile(r"^\s*WITH(\s+RECURSIVE)?\s+", re.IGNORECASE)
+
+
+def add_compat_relations(sql: str) -> str:
+    """Give a SELECT the :data:`COMPAT_RELATIONS` it mentions as CTEs."""
+    used: list[str] = []
+
+    def unqualify(code: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            text = re.sub(r"\s+", "", m.group(0)).lower()
+            name = _compat_cte_name(text) if "." in text else text
+            if name not in used:
+                used.append(name)
+            return name
+
+        return _COMPAT_RELATION_REF.sub(one, code)
+
+    if not _SELECT_START.match(sql):
+        return sql
+    sql = _outside_literals(sql, unqualify)
+    if not used:
+        return sql
+    ctes = ", ".join(f"{name} AS ({_COMPAT_CTES[name]})" for name in used)
+    with_prefix = _WITH_PREFIX.match(sql)
+    if with_prefix:
+        return f"WITH{with_prefix.group(1) or ''} {ctes}, {sql[with_prefix.end():]}"
+    return f"WITH {ctes} {sql}"
+
+
+@dataclass
+class Result:
+    """What a statement returns: columns (None: no rows), rows, and the command tag.
+
+    With rows, the tag is ``"<row_tag> <rows sent>"`` (``SELECT 5``, ``FETCH 2``);
+    without, it is ``tag`` (``SET``, ``BEGIN``).
+    """
+
+    columns: list[tuple[str, PgType]] | None
+    rows: Iterator[Sequence[Any]] = field(default_factory=lambda: iter(()))
+    tag: str | None = None
+    row_tag: str = "SELECT"
+
+    def command_tag(self, rows_sent: int) -> str:
+        return self.tag if self.tag is not None else f"{self.row_tag} {rows_sent}"
+
+
+def _command(tag: str) -> Result:
+    return Result(None, iter(()), tag)
+
+
+_NAME = r"(?:[A-Za-z_][\w.$]*|\"(?:[^\"]|\"\")+\")"
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+
+
+Handler = Callable[["Session", "Plan", Sequence[Any]], Result]
+
+
+@dataclass(frozen=True)
+class Intercept:
+    """A statement form the server answers itself instead of passing it to DuckDB."""
+
+    name: str
+    pattern: re.Pattern[str]  # over the statement without comments and trailing ';'
+    handler: Handler
+    returns_rows: bool = False
+    ends_transaction: bool = False  # allowed in a failed transaction
+    query_group: str | None = None  # a group holding a query DuckDB runs (policy-checked)
+    applies: Callable[[re.Match[str]], bool] = lambda m: True  # else DuckDB gets the statement
+
+
+#: Statements the server answers itself, tried in order: transaction control
+#: (accepted as no-ops: the session is read-only), PostgreSQL client settings
+#: (SET/RESET/SHOW, remembered per session, never passed to DuckDB), prepared
+#: statement housekeeping and SQL cursors (DECLARE/FETCH/CLOSE, as psql's
+#: FETCH_COUNT and psycopg's server-side cursors use them).
+INTERCEPTS: list[Intercept] = []
+
+
+def intercept(name: str, pattern: str, **options: Any) -> Callable[[Handler], Handler]:
     """Register a handler in :data:`INTERCEPTS` (the pattern is matched case-insensitively)."""
 
-    def register(handler: Callable[["Session", re.Match[str]], Result]) -> Callable[["Session", re.Match[str]], Result]:
-        INTERCEPTS.append((name, re.compile(pattern, re.IGNORECASE | re.DOTALL), handler))
+    def register(handler: Handler) -> Handler:
+        INTERCEPTS.append(Intercept(name, re.compile(pattern, re.IGNORECASE | re.DOTALL), handler, **options))
         return handler
 
     return register
 
 
-@intercept("begin", r"^(?:BEGIN|START\s+TRANSACTION)\b.*$")
-def _begin(session: "Session", m: re.Match[str]) -> Result:
-    """Transactions are accepted as no-ops: the session is read-only anyway."""
+@intercept("begin", r"^(?:BEGIN|START\s+TRANSACTION)\b[^;]*$")
+def _begin(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
     if session.tx_status == b"I":
         session.tx_status = b"T"
     return _command("BEGIN")
 
 
-@intercept("commit", r"^(?:COMMIT|END)(?:\s+(?:WORK|TRANSACTION))?(?:\s+AND\s+(?:NO\s+)?CHAIN)?$")
-def _commit(session: "Session", m: re.Match[str]) -> Result:
+@intercept("commit", r"^(?:COMMIT|END)(?:\s+(?:WORK|TRANSACTION))?(?:\s+AND\s+(?:NO\s+)?CHAIN)?$",
+           ends_transaction=True)
+def _commit(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
     failed = session.tx_status == b"E"
-    session.tx_status = b"I"
+    session.end_transaction()
     return _command("ROLLBACK" if failed else "COMMIT")
 
 
-@intercept("rollback-to", r"^ROLLBACK(?:\s+(?:WORK|TRANSACTION))?\s+TO\b.*$")
-def _rollback_to(session: "Session", m: re.Match[str]) -> Result:
+@intercept("rollback-to", r"^ROLLBACK(?:\s+(?:WORK|TRANSACTION))?\s+TO\b[^;]*$", ends_transaction=True)
+def _rollback_to(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
     if session.tx_status == b"E":
         session.tx_status = b"T"
     return _command("ROLLBACK")
 
 
-@intercept("rollback", r"^(?:ROLLBACK|ABORT)(?:\s+(?:WORK|TRANSACTION))?(?:\s+AND\s+(?:NO\s+)?CHAIN)?$")
-def _rollback(session: "Session", m: re.Match[str]) -> Result:
-    session.tx_status = b"I"
+@intercept("rollback", r"^(?:ROLLBACK|ABORT)(?:\s+(?:WORK|TRANSACTION))?(?:\s+AND\s+(?:NO\s+)?CHAIN)?$",
+           ends_transaction=True)
+def _rollback(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    session.end_transaction()
     return _command("ROLLBACK")
 
 
-@intercept("savepoint", r"^(SAVEPOINT|RELEASE)\b.*$")
-def _savepoint(session: "Session", m: re.Match[str]) -> Result:
-    return _command(m.group(1).upper())
+@intercept("savepoint", r"^(SAVEPOINT|RELEASE)\b[^;]*$")
+def _savepoint(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    return _command(plan.match.group(1).upper())
 
 
-@intercept("set-transaction", r"^SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b.*$")
-def _set_transaction(session: "Session", m: re.Match[str]) -> Result:
+@intercept("set-transaction", r"^SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b[^;]*$")
+def _set_transaction(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
     return _command("SET")
 
 
-@intercept("set-time-zone", r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(?P<value>.+)$")
-def _set_time_zone(session: "Session", m: re.Match[str]) -> Result:
-    session.set_setting("timezone", m.group("value"))
+@intercept("set-time-zone", r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(?P<value>[^;]+)$")
+def _set_time_zone(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    session.set_setting("timezone", plan.match.group("value"))
     return _command("SET")
 
 
-@intercept("set", rf"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?P<name>{_NAME})\s*(?:=|\s+TO\s+)\s*(?P<value>.+)$")
-def _set(session: "Session", m: re.Match[str]) -> Result:
-    session.set_setting(m.group("name"), m.group("value"))
+@intercept("set", rf"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?P<name>{_NAME})\s*(?:=|\s+TO\s+)\s*(?P<value>[^;]+)$")
+def _set(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    session.set_setting(plan.match.group("name"), plan.match.group("value"))
     return _command("SET")
 
 
 @intercept("reset", rf"^RESET\s+(?P<name>ALL|{_NAME})$")
-def _reset(session: "Session", m: re.Match[str]) -> Result:
-    name = m.group("name").strip('"').lower()
+def _reset(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    name = _unquote(plan.match.group("name"))
     if name == "all":
         session.settings.clear()
     else:
@@ -500,21 +704,30 @@ def _reset(session: "Session", m: re.Match[str]) -> Result:
     return _command("RESET")
 
 
-@intercept("show", rf"^SHOW\s+(?P<name>{_NAME}|TIME\s+ZONE|TRANSACTION\s+ISOLATION\s+LEVEL)$")
-def _show(session: "Session", m: re.Match[str]) -> Result | None:
-    name = re.sub(r"\s+", " ", m.group("name").strip('"').lower())
-    name = {"time zone": "timezone", "transaction isolation level": "transaction_isolation"}.get(name, name)
+_SHOW_ALIASES = {"time zone": "timezone", "transaction isolation level": "transaction_isolation"}
+
+
+def _show_name(m: re.Match[str]) -> str:
+    name = re.sub(r"\s+", " ", _unquote(m.group("name")))
+    return _SHOW_ALIASES.get(name, name)
+
+
+@intercept("show", rf"^SHOW\s+(?P<name>{_NAME}|TIME\s+ZONE|TRANSACTION\s+ISOLATION\s+LEVEL)$",
+           returns_rows=True,
+           # Other names are DuckDB's own SHOW (SHOW TABLES, SHOW events).
+           applies=lambda m: _show_name(m) in SETTINGS or _show_name(m) == "all")
+def _show(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    name = _show_name(plan.match)
     if name == "all":
         rows = [(s.name, session.setting(key), "") for key, s in sorted(SETTINGS.items())]
-        return Result([("name", pgwire.TEXT), ("setting", pgwire.TEXT), ("description", pgwire.TEXT)], iter(rows), "SHOW")
-    if name not in SETTINGS:
-        return None  # not a PostgreSQL parameter: DuckDB's SHOW (SHOW TABLES, SHOW events)
-    return _one_value(name, session.setting(name))
+        columns = [("name", pgwire.TEXT), ("setting", pgwire.TEXT), ("description", pgwire.TEXT)]
+        return Result(columns, iter(rows), "SHOW")
+    return Result([(name, pgwire.TEXT)], iter([(session.setting(name),)]), "SHOW")
 
 
 @intercept("deallocate", rf"^DEALLOCATE\s+(?:PREPARE\s+)?(?P<name>ALL|{_NAME})$")
-def _deallocate(session: "Session", m: re.Match[str]) -> Result:
-    name = m.group("name")
+def _deallocate(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    name = plan.match.group("name")
     if name.upper() == "ALL":
         session.prepared.clear()
         return _command("DEALLOCATE ALL")
@@ -523,13 +736,62 @@ def _deallocate(session: "Session", m: re.Match[str]) -> Result:
 
 
 @intercept("discard", r"^DISCARD\s+(?P<what>ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)$")
-def _discard(session: "Session", m: re.Match[str]) -> Result:
-    what = m.group("what").upper()
+def _discard(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    what = plan.match.group("what").upper()
     if what == "ALL":
         session.prepared.clear()
         session.portals.clear()
+        for each in list(session.cursors):
+            session.close_cursor(each)
         session.settings.clear()
     return _command(f"DISCARD {what}")
+
+
+@intercept(
+    "declare",
+    rf"^DECLARE\s+(?P<name>{_NAME})\s+(?P<binary>BINARY\s+)?(?:(?:ASENSITIVE|INSENSITIVE)\s+)?"
+    r"(?:(?:NO\s+)?SCROLL\s+)?CURSOR\s+(?:(?P<hold>WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(?P<query>.+)$",
+    query_group="query",
+)
+def _declare(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    name = _unquote(plan.match.group("name"))
+    if name in session.cursors:
+        raise StatementError("42P03", f'cursor "{name}" already exists')
+    assert plan.inner is not None
+    result = session.run_plan(plan.inner, params)
+    formats = [1] if plan.match.group("binary") else []
+    cursor = Portal(Prepared(plan.inner, []), list(params), formats, result=result,
+                    columns=session.columns(result, formats),
+                    with_hold=(plan.match.group("hold") or "").upper() == "WITH")
+    session.cursors[name] = cursor
+    session.open_portal = cursor
+    return _command("DECLARE CURSOR")
+
+
+@intercept(
+    "fetch",
+    rf"^FETCH\s+(?:(?P<direction>NEXT|FORWARD)\s+)?(?:(?P<count>ALL|\d+)\s+)?(?:(?:FROM|IN)\s+)?(?P<name>{_NAME})$",
+    returns_rows=True,
+)
+def _fetch(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    cursor = session.sql_cursor(plan.match.group("name"))
+    assert cursor.result is not None and cursor.result.columns is not None
+    count = plan.match.group("count")
+    rows = cursor.result.rows if (count or "").upper() == "ALL" else itertools.islice(
+        cursor.result.rows, int(count) if count else 1)
+    return Result(cursor.result.columns, rows, row_tag="FETCH")
+
+
+@intercept("close", rf"^CLOSE\s+(?P<name>ALL|{_NAME})$")
+def _close(session: "Session", plan: "Plan", params: Sequence[Any]) -> Result:
+    name = plan.match.group("name")
+    if name.upper() == "ALL":
+        for each in list(session.cursors):
+            session.close_cursor(each)
+    else:
+        session.sql_cursor(name)
+        session.close_cursor(_unquote(name))
+    return _command("CLOSE CURSOR")
 
 
 def _strip_statement(text: str) -> str:
@@ -556,12 +818,13 @@ class Plan:
 
     sql: str  # as DuckDB will run it (rewritten)
     n_params: int = 0
-    handler: Callable[["Session", re.Match[str]], Result | None] | None = None
-    match: re.Match[str] | None = None
+    intercept: Intercept | None = None
+    match: re.Match[str] | None = None  # of the intercept's pattern
+    inner: "Plan | None" = None  # the intercept's query (DECLARE ... FOR <query>)
 
     @property
     def returns_rows(self) -> bool:
-        return self.handler is None or self.handler in (_show,)
+        return self.intercept is None or self.intercept.returns_rows
 
 
 @dataclass
@@ -584,10 +847,17 @@ class Portal:
     sent: int = 0
     done: bool = False
     buffered: list[Sequence[Any]] | None = None
+    with_hold: bool = False  # a SQL cursor that outlives its transaction
 
 
 _BATCH_ROWS = 1000
 _FLUSH_BYTES = 64 * 1024
+
+
+def _replay(rows: list[Sequence[Any]], error: StatementError | None) -> Iterator[Sequence[Any]]:
+    yield from rows
+    if error is not None:
+        raise error
 
 
 class Session:
@@ -605,9 +875,11 @@ class Session:
         self.settings: dict[str, str] = {}
         self.tx_status = b"I"
         self.prepared: dict[str, Prepared] = {}
-        self.portals: dict[str, Portal] = {}
+        self.portals: dict[str, Portal] = {}  # of the extended protocol (Bind)
+        self.cursors: dict[str, Portal] = {}  # SQL cursors (DECLARE)
+        self.open_portal: Portal | None = None  # whose DuckDB result is still being read
         self._skip_until_sync = False
-        self._open_portal: Portal | None = None
+        self._closed = False
         self._call_lock = threading.Lock()
         self._in_call = False
         self._cancel_reason: str | None = None
@@ -706,27 +978,37 @@ class Session:
                 self.flush()
             except OSError:
                 pass
-        except (OSError, ValueError):  # the client went away (ValueError: closed file)
+        except OSError:  # the client went away
             pass
+        except ValueError:
+            if not self._closed:  # else: Server.stop() closed the stream under us
+                log.exception("session ended by an unexpected error")
         except Exception:  # a bug: keep serving the other clients
             log.exception("session ended by an unexpected error")
         finally:
             self.close()
-            self.server.unregister(self)
+            for closer in (self.rfile.close, self.sock.close):
+                try:
+                    closer()
+                except OSError:
+                    pass
             if self.cursor is not None:
                 try:
                     self.cursor.close()
                 except duckdb.Error:
                     pass
+            self.server.unregister(self)
 
     def close(self) -> None:
         """Drop the connection and stop its query (also called by :meth:`Server.stop`)."""
+        self._closed = True
         self.cancel("connection closed")
-        for closer in (self.rfile.close, lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
-            try:
-                closer()
-            except OSError:
-                pass
+        try:
+            # Wakes the session's blocked read with end-of-stream; the session's own
+            # thread then closes the stream and the socket (see run()).
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def cancel(self, reason: str) -> None:
         """Interrupt the running DuckDB call, if any (CancelRequest, timeout, stop)."""
@@ -855,6 +1137,7 @@ class Session:
             try:
                 handler(body)
             except StatementError as e:
+                log.debug("statement failed (%s): %s", e.sqlstate, e.message)
                 self.send_error(e)
                 if tag == b"Q":
                     self.send(pgwire.ready_for_query(self.tx_status))
@@ -866,14 +1149,16 @@ class Session:
 
     def plan_all(self, sql: str) -> list[Plan]:
         """Split ``sql`` into statements and decide, for each, who answers it."""
+        return self._plan(rewrite(sql))
+
+    def _plan(self, text: str) -> list[Plan]:
         assert self.cursor is not None
-        text = rewrite(sql)
         if not _strip_statement(text):
             return []
         try:
             statements = self.cursor.extract_statements(text)
         except duckdb.Error as e:
-            # Not DuckDB syntax: perhaps a PostgreSQL session command.
+            # Not DuckDB syntax: perhaps a PostgreSQL command (DISCARD, DECLARE ...).
             plan = self._intercepted(_strip_statement(text))
             if plan is None:
                 raise StatementError(_sqlstate_for(e), str(e)) from e
@@ -891,25 +1176,46 @@ class Session:
         return plans
 
     def _intercepted(self, text: str) -> Plan | None:
-        for _name, pattern, handler in INTERCEPTS:
-            m = pattern.match(text)
-            if m is not None:
-                if handler is _show and re.sub(r"\s+", " ", m.group("name").strip('"').lower()) not in (
-                    *SETTINGS, "all", "time zone", "transaction isolation level"):
-                    return None
-                return Plan(text, handler=handler, match=m)
+        for icpt in INTERCEPTS:
+            m = icpt.pattern.match(text)
+            if m is None or not icpt.applies(m):
+                continue
+            plan = Plan(text, intercept=icpt, match=m)
+            if icpt.query_group is not None:
+                inner = self._plan(m.group(icpt.query_group))
+                if len(inner) != 1 or inner[0].intercept is not None:
+                    raise StatementError("42601", f"{icpt.name.upper()} needs exactly one SELECT")
+                plan.inner = inner[0]
+                plan.n_params = inner[0].n_params
+            return plan
         return None
 
     def run_plan(self, plan: Plan, params: Sequence[Any]) -> Result:
         """Start a statement: intercepted ones answer at once, DuckDB ones stream."""
-        if self.tx_status == b"E" and plan.handler not in (_commit, _rollback, _rollback_to):
-            raise StatementError("25P02", "current transaction is aborted, commands ignored until end of transaction block")
-        if plan.handler is not None:
-            assert plan.match is not None
-            result = plan.handler(self, plan.match)
-            assert result is not None
-            return result
+        if self.tx_status == b"E" and not (plan.intercept is not None and plan.intercept.ends_transaction):
+            raise StatementError(
+                "25P02", "current transaction is aborted, commands ignored until end of transaction block")
+        self._deadline = time.monotonic() + self.statement_timeout()
+        if plan.intercept is not None:
+            return plan.intercept.handler(self, plan, params)
         return self._run_duckdb(plan.sql, list(params))
+
+    def end_transaction(self) -> None:
+        """COMMIT or ROLLBACK: back to idle; cursors without HOLD close."""
+        self.tx_status = b"I"
+        for name in [n for n, c in self.cursors.items() if not c.with_hold]:
+            self.close_cursor(name)
+
+    def sql_cursor(self, name: str) -> Portal:
+        cursor = self.cursors.get(_unquote(name))
+        if cursor is None:
+            raise StatementError("34000", f'cursor "{_unquote(name)}" does not exist')
+        return cursor
+
+    def close_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None and cursor is self.open_portal:
+            self.open_portal = None
 
     def _duckdb_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one DuckDB call under the statement deadline; map its errors."""
@@ -937,7 +1243,6 @@ class Session:
     def _run_duckdb(self, sql: str, params: list[Any]) -> Result:
         assert self.cursor is not None
         self._park_open_portal()
-        self._deadline = time.monotonic() + self.statement_timeout()
         cursor = self.cursor
         self._duckdb_call(cursor.execute, sql, params)
         description = cursor.description or []
@@ -962,13 +1267,24 @@ class Session:
         return Result(columns, rows())
 
     def _park_open_portal(self) -> None:
-        """Before DuckDB runs something else, buffer the rest of a suspended portal."""
-        portal, self._open_portal = self._open_portal, None
-        if portal is not None and not portal.done and portal.result is not None and portal.buffered is None:
-            portal.buffered = list(portal.result.rows)
-            portal.result.rows = iter(portal.buffered)
+        """Before DuckDB runs something else, buffer the rest of a suspended portal.
 
-    def _columns(self, result: Result, formats: Sequence[int]) -> list[Column] | None:
+        An error met while buffering (row limit, timeout) is kept for the
+        portal's next read instead of failing the statement about to run.
+        """
+        portal, self.open_portal = self.open_portal, None
+        if portal is None or portal.done or portal.result is None or portal.buffered is not None:
+            return
+        buffered: list[Sequence[Any]] = []
+        error: StatementError | None = None
+        try:
+            buffered.extend(portal.result.rows)
+        except StatementError as e:
+            error = e
+        portal.buffered = buffered
+        portal.result.rows = _replay(buffered, error)
+
+    def columns(self, result: Result, formats: Sequence[int]) -> list[Column] | None:
         if result.columns is None:
             return None
         n = len(result.columns)
@@ -1015,15 +1331,15 @@ class Session:
                 self.send(pgwire.empty_query_response())
             for plan in plans:
                 result = self.run_plan(plan, ())
-                columns = self._columns(result, ())
+                columns = self.columns(result, ())
                 if columns is not None:
                     self.send(pgwire.row_description(columns))
                     sent, _ = self._send_rows(result, columns)
                 else:
                     sent = 0
-                self.send(pgwire.command_complete(result.tag or f"SELECT {sent}"))
+                self.send(pgwire.command_complete(result.command_tag(sent)))
         except StatementError as e:
-            log.debug("statement failed: %s", e.message)
+            log.debug("statement failed (%s): %s", e.sqlstate, e.message)
             self.send_error(e)
         self.send(pgwire.ready_for_query(self.tx_status))
         self.flush()
@@ -1076,7 +1392,7 @@ class Session:
             plan = portal.prepared.plan
             assert plan is not None
             portal.result = self.run_plan(plan, portal.params)
-            portal.columns = self._columns(portal.result, portal.result_formats)
+            portal.columns = self.columns(portal.result, portal.result_formats)
 
     def _on_describe(self, body: bytes) -> None:
         r = pgwire.Reader(body)
@@ -1089,10 +1405,13 @@ class Session:
             columns = self._describe_statement(prepared)
         else:
             portal = self.portals.get(name)
-            if portal is None:
+            cursor = self.cursors.get(name)
+            if portal is None and cursor is None:
                 raise StatementError("34000", f'portal "{name}" does not exist')
             columns = None
-            if portal.prepared.plan is not None and portal.prepared.plan.returns_rows:
+            if portal is None:
+                columns = cursor.columns if cursor is not None else None
+            elif portal.prepared.plan is not None and portal.prepared.plan.returns_rows:
                 self._start_portal(portal)
                 columns = portal.columns
         self.send(pgwire.row_description(columns) if columns is not None else pgwire.no_data())
@@ -1102,12 +1421,14 @@ class Session:
         plan = prepared.plan
         if plan is None or not plan.returns_rows:
             return None
-        if plan.handler is not None:
-            return self._columns(self.run_plan(plan, ()), ())
+        if plan.intercept is not None:
+            return self.columns(self.run_plan(plan, ()), ())
         assert self.cursor is not None
         self._park_open_portal()
         try:
-            relation = self.cursor.sql(plan.sql, params=[None] * plan.n_params) if plan.n_params else self.cursor.sql(plan.sql)
+            # Bound (not run) with NULL parameters: enough for the result's names and types.
+            params = [None] * plan.n_params
+            relation = self.cursor.sql(plan.sql, params=params) if params else self.cursor.sql(plan.sql)
         except duckdb.Error as e:
             raise StatementError(_sqlstate_for(e), str(e)) from e
         if relation is None:
@@ -1124,22 +1445,25 @@ class Session:
             self.send(pgwire.empty_query_response())
             return
         if portal.done:
-            self.send(pgwire.command_complete(portal.result.tag if portal.result and portal.result.tag else f"SELECT {portal.sent}"))
+            assert portal.result is not None
+            self.send(pgwire.command_complete(portal.result.command_tag(portal.sent)))
             return
         self._start_portal(portal)
         assert portal.result is not None
         if portal.columns is None:
             portal.done = True
-            self.send(pgwire.command_complete(portal.result.tag or "SELECT 0"))
+            self.send(pgwire.command_complete(portal.result.command_tag(0)))
             return
-        self._open_portal = portal
+        if portal.prepared.plan.intercept is None:
+            self.open_portal = portal  # its DuckDB result stays open while suspended
+        self._deadline = time.monotonic() + self.statement_timeout()
         sent, exhausted = self._send_rows(portal.result, portal.columns, max(limit, 0))
         portal.sent += sent
         if exhausted:
             portal.done = True
-            if self._open_portal is portal:
-                self._open_portal = None
-            self.send(pgwire.command_complete(portal.result.tag or f"SELECT {portal.sent}"))
+            if self.open_portal is portal:
+                self.open_portal = None
+            self.send(pgwire.command_complete(portal.result.command_tag(portal.sent)))
         else:
             self.send(pgwire.portal_suspended())
 
@@ -1150,15 +1474,17 @@ class Session:
             self.prepared.pop(name, None)
         else:
             portal = self.portals.pop(name, None)
-            if portal is not None and portal is self._open_portal:
-                self._open_portal = None
+            if portal is not None and portal is self.open_portal:
+                self.open_portal = None
         self.send(pgwire.close_complete())
 
     def _on_sync(self, body: bytes) -> None:
         self._skip_until_sync = False
         if self.tx_status == b"I":
+            # The implicit transaction ends: portals close (SQL cursors WITH HOLD stay).
             self.portals.clear()
-            self._open_portal = None
+            if not any(c is self.open_portal for c in self.cursors.values()):
+                self.open_portal = None
         self.send(pgwire.ready_for_query(self.tx_status))
         self.flush()
 
@@ -1182,6 +1508,9 @@ class _TCPServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("error while serving %s", client_address)  # the library never prints
 
 
 class Server:
@@ -1217,10 +1546,12 @@ class Server:
             else None
         )
         self._db: duckdb.DuckDBPyConnection | None = None
+        self._generation: tuple[int, int] = (0, 0)
         self._tcp: _TCPServer | None = None
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
         self._lock = threading.Lock()
+        self._stop_lock = threading.Lock()
         self._sessions: dict[int, Session] = {}
         self._next_pid = 1
 
@@ -1232,12 +1563,21 @@ class Server:
     def _bind(self) -> None:
         if self._tcp is not None:
             return
-        self._db = open_catalog(self.catalog_path, self.warehouse)
+        self._db = self._open_generation()
+        try:
+            self.new_cursor().close()  # the compat macros must be valid in this DuckDB
+        except duckdb.Error as e:
+            self._db.close()
+            self._db = None
+            raise ServeError(f"cannot prepare PostgreSQL compatibility macros: {e}") from e
         server = self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    return  # already gone
                 Session(server, self.request).run()
 
         host = self.config.host
@@ -1246,9 +1586,9 @@ class Server:
             family = socket.getaddrinfo(host or None, self.config.port, proto=socket.IPPROTO_TCP)[0][0]
         except socket.gaierror as e:
             raise ServeError(f"cannot resolve host {host!r}: {e}") from e
-        _TCPServer.address_family = family
+        tcp_class = type("_TCPServer", (_TCPServer,), {"address_family": family})
         try:
-            self._tcp = _TCPServer((host, self.config.port), Handler)
+            self._tcp = tcp_class((host, self.config.port), Handler)
         except OSError as e:
             self._db.close()
             self._db = None
@@ -1263,12 +1603,19 @@ class Server:
             self._thread.start()
 
     def serve_forever(self) -> None:
-        """Bind (if :meth:`start` did not) and serve in the calling thread until :meth:`stop`."""
-        if self._thread is not None:
-            self._thread.join()
-            return
-        self._bind()
-        self._serve()
+        """Bind (if :meth:`start` did not) and serve in the calling thread.
+
+        Returns after :meth:`stop` (from another thread); a KeyboardInterrupt
+        propagates. Either way the server is stopped on the way out.
+        """
+        try:
+            if self._thread is not None:
+                self._thread.join()
+            else:
+                self._bind()
+                self._serve()
+        finally:
+            self.stop()
 
     def _serve(self) -> None:
         assert self._tcp is not None
@@ -1278,23 +1625,27 @@ class Server:
         finally:
             self._serving.clear()
 
-    def stop(self) -> None:
-        """Stop accepting, end every session, and close the catalog."""
-        if self._tcp is not None:
-            if self._serving.is_set():
-                self._tcp.shutdown()
-            self._tcp.server_close()
-        with self._lock:
-            sessions = list(self._sessions.values())
-        for session in sessions:
-            session.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-        self._tcp = None
-        self._thread = None
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting, end every session, and close the catalog. Idempotent."""
+        with self._stop_lock:
+            tcp, self._tcp = self._tcp, None
+            if tcp is not None:
+                if self._serving.is_set():
+                    tcp.shutdown()
+                tcp.server_close()
+            with self._lock:
+                sessions = list(self._sessions.values())
+            for session in sessions:
+                session.close()
+            deadline = time.monotonic() + timeout_s
+            while self._sessions and time.monotonic() < deadline:  # each closes its cursor
+                time.sleep(0.01)
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._thread = None
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def __enter__(self) -> "Server":
         self.start()
@@ -1305,10 +1656,44 @@ class Server:
 
     # -- used by sessions ---------------------------------------------------
 
+    def _open_generation(self) -> duckdb.DuckDBPyConnection:
+        """Open the catalog file as it is now.
+
+        An ingest swaps in a new catalog file with ``os.replace``; an open
+        instance keeps reading the old one. DuckDB caches one instance per
+        path, so each generation is opened through a private hard link
+        (removed once open: the open file keeps its inode alive).
+        """
+        st = os.stat(self.catalog_path)
+        self._generation = (st.st_ino, st.st_mtime_ns)
+        links = self.warehouse / ".serve"
+        links.mkdir(exist_ok=True)
+        link = links / f"catalog.{os.getpid()}.{st.st_ino}.{st.st_mtime_ns}.duckdb"
+        link.unlink(missing_ok=True)
+        os.link(self.catalog_path, link)
+        try:
+            return open_catalog(link, self.warehouse)
+        finally:
+            link.unlink(missing_ok=True)
+
+    def _current_db(self) -> duckdb.DuckDBPyConnection:
+        """The newest catalog generation; sessions already open keep theirs
+        (their cursors hold the old instance until they end)."""
+        if self._db is None:
+            raise ConnectionAbortedError("the server is stopping")
+        try:
+            st = os.stat(self.catalog_path)
+        except FileNotFoundError:
+            return self._db
+        if (st.st_ino, st.st_mtime_ns) != self._generation:
+            with self._lock:
+                if (st.st_ino, st.st_mtime_ns) != self._generation:
+                    self._db = self._open_generation()
+        return self._db
+
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of the shared, sandboxed database, with the compat macros."""
-        assert self._db is not None
-        cursor = self._db.cursor()
+        cursor = self._current_db().cursor()
         for name, definition in COMPAT_MACROS.items():
             cursor.execute(f"CREATE OR REPLACE TEMP MACRO {name}{definition}")
         return cursor
