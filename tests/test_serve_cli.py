@@ -89,3 +89,18 @@ def test_serve_without_a_warehouse_is_one_error_line(tmp_path: Path):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert out.stderr.strip().startswith(f"Error: no tracedb warehouse at {tmp_path / 'none'}")
+
+
+def test_duckdb_engine_reads_hotspots_read_only_from_root(served):
+    _runs, wh, _port = served
+    code = (
+        "import sqlalchemy as sa\n"
+        f"eng = sa.create_engine('duckdb:///{wh / 'tracedb.duckdb'}', connect_args={{'read_only': True}})\n"
+        "with eng.connect() as c:\n"
+        "    rows = c.execute(sa.text(\"SELECT name, calls FROM hotspots WHERE kind = 'kernel' ORDER BY name\")).fetchall()\n"
+        "    print(sorted(sa.inspect(eng).get_view_names())[:3])\n"
+        "print([tuple(r) for r in rows])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[('gemm', 2), ('relu', 1)]"
