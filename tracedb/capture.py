@@ -13,7 +13,10 @@ import argparse
 import os
 import socket
 import sys
+import time
 from pathlib import Path
+
+ATTN_SLEEP_S = 0.002  # per attn(F) iteration: v1 (slow_factor 1) 2 ms, v2 (4) 8 ms
 
 
 def _free_port() -> int:
@@ -50,6 +53,7 @@ def _worker(rank: int, world_size: int, port: int, out_dir: str, steps: int,
                 h = x
                 for _ in range(slow_factor):
                     h = torch.tanh(h @ attn_w)
+                    time.sleep(ATTN_SLEEP_S)  # a steady cost, so v2's slowdown stands well above noise
             if extra_op:
                 with record_function("extra(F)"):
                     h = torch.nn.functional.layer_norm(h, (64,))
