@@ -54,6 +54,12 @@ def test_single_file_takes_its_parent_folder(tmp_path: Path):
     assert (tf.run, tf.rank, tf.phase, tf.rank_source) == ("exp7", 5, "train", "file name")
 
 
+def test_single_file_in_a_phase_folder(tmp_path: Path):
+    _touch(tmp_path, "runs/v1/decode/rank2.json")
+    [tf] = discover([tmp_path / "runs" / "v1" / "decode" / "rank2.json"])
+    assert (tf.run, tf.rank, tf.phase) == ("v1", 2, "decode")
+
+
 def test_overrides(tmp_path: Path):
     _touch(tmp_path, "runs/v1/rank0.json", "runs/v1/rank1.json")
     got = {(t.run, t.rank, t.phase) for t in discover([tmp_path / "runs"], run="v9", phase="decode")}

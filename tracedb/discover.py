@@ -4,7 +4,8 @@ The rules (DESIGN.md, "run / rank / phase"):
 
 - run: the first folder under the folder given on the command line; files
   directly inside that folder take the folder's own name; a file given by
-  itself takes its parent folder's name.
+  itself takes its parent folder's name (its grandparent's when the parent
+  is a phase word: ``v1/train/rank0.json`` -> run v1, phase train).
 - rank: ``distributedInfo.rank`` when the trace has it (the parser reads it,
   see ``TraceFile.resolve_rank``), else a number in the file name (``rank-3``,
   ``rank3``, ``rank_3``), else 0.
@@ -123,7 +124,12 @@ def discover(paths: list[str | os.PathLike], run: str | None = None,
     for raw in paths:
         root = Path(raw).expanduser().absolute()
         if root.is_file():
-            found[root] = _make(root, root.parent.name, [], run, rank, phase)
+            # A file given by itself: its folder is the run, unless that folder
+            # is a phase (runs/v1/train/rank0.json -> run v1, phase train).
+            if root.parent.name.lower() in KNOWN_PHASES:
+                found[root] = _make(root, root.parent.parent.name, [root.parent.name], run, rank, phase)
+            else:
+                found[root] = _make(root, root.parent.name, [], run, rank, phase)
         elif root.is_dir():
             for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
