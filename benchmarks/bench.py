@@ -212,8 +212,13 @@ class Bench:
         for i in range(n):
             run, rank = ("v1", i) if i < n // 2 else ("v2", i - n // 2)
             # v2 is v1 a little later in time (other ids, other steps)
-            raw, ev = write_tiled(self.source, root / run / f"rank-{rank}.json", tiles, rank=rank,
-                                  tile_offset=(tiles if run == "v2" else 0))
+            path = root / run / f"rank-{rank}.json"
+            if self.args.reuse and path.exists():  # made by an earlier run with --keep
+                raw = path.stat().st_size
+                ev = len(self.source.meta_events) + tiles * len(self.source.body_events)
+            else:
+                raw, ev = write_tiled(self.source, path, tiles, rank=rank,
+                                      tile_offset=(tiles if run == "v2" else 0))
             total_bytes += raw
             total_events += ev
         self.log(f"made {n} rank files: {total_bytes / 1e9:.2f} GB, {total_events:,} events "
@@ -282,7 +287,9 @@ class Bench:
                 self.log(f"query {mart}: failed: {str(e).splitlines()[-1]}")
                 self.results["queries"].append({"mart": mart, "error": str(e)[-500:]})
                 continue
-            warm = [run_measured(cmd)["seconds"] for _ in range(self.args.query_repeats)]
+            # A query far past its target gets one warm run, not several.
+            repeats = self.args.query_repeats if cold["seconds"] < 30 else 1
+            warm = [run_measured(cmd)["seconds"] for _ in range(repeats)]
             rows = max(0, len(cold["stdout"].splitlines()) - 1)
             self.log(f"query {mart}: cold {cold['seconds']:.2f} s, warm {median(warm):.2f} s ({rows} rows)")
             self.results["queries"].append({
@@ -318,7 +325,8 @@ class Bench:
             root, nbytes, events = self.rank_files()
             self.bench_scaling(root)
             wh = self.bench_warehouse(root, nbytes, events)
-            shutil.rmtree(root, ignore_errors=True)
+            if not self.args.keep:
+                shutil.rmtree(root, ignore_errors=True)
             self.bench_queries(wh)
             if not self.args.keep:
                 shutil.rmtree(wh, ignore_errors=True)
@@ -407,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, help="runs per single-trace workload (median; default 3, quick 1)")
     ap.add_argument("--query-repeats", type=int, default=3, help="warm runs per query (median)")
     ap.add_argument("--only", help="comma list: single, ranks")
-    ap.add_argument("--keep", action="store_true", help="keep the rank-file warehouse in the workdir")
+    ap.add_argument("--keep", action="store_true", help="keep what the run made in the workdir")
+    ap.add_argument("--reuse", action="store_true", help="reuse rank files an earlier --keep run left")
     args = ap.parse_args(argv)
     tmp = None
     if not args.workdir:

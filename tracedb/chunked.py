@@ -47,6 +47,7 @@ from .parse import (
     TraceMeta,
     TraceParser,
     _as_text,
+    _default,
     _dump_args,
     _id_text,
     _pid_text,
@@ -368,12 +369,13 @@ def _ids(vals: list) -> pa.Array:
     return pa.array([_id_text(v) for v in vals], pa.string())
 
 
-def _arg_column(vals: list, typ: pa.DataType, conv) -> pa.Array:
-    n = len(vals)
-    if vals.count(None) == n:
-        return _nulls(n, typ)
-    types = set(map(type, vals))
+def _arg_column(vals: list, present: list, typ: pa.DataType, conv) -> pa.Array:
+    """One typed column from args: ``vals`` (one per event, None where
+    absent) and ``present`` (the values found, for their types)."""
+    types = set(map(type, present))
     types.discard(_NONE)
+    if not types:
+        return _nulls(len(vals), typ)
     try:
         if pa.types.is_int64(typ) and types == {int}:
             return pa.array(vals, typ)
@@ -384,6 +386,16 @@ def _arg_column(vals: list, typ: pa.DataType, conv) -> pa.Array:
     except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
         pass
     return pa.array([None if v is None else conv(v) for v in vals], typ)
+
+
+def _dump_all(args: list) -> pa.Array:
+    """The args objects as JSON text, as parse._dump_args writes them."""
+    dumps = orjson.dumps
+    try:
+        texts = [None if a is None else dumps(a, default=_default).decode() for a in args]
+    except TypeError:
+        texts = [_dump_args(a) for a in args]
+    return pa.array(texts, pa.string())
 
 
 def _minmax(res: PieceResult, ts: pa.Array, end: pa.Array) -> None:
@@ -460,18 +472,21 @@ def _slices(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.Reco
         "tid": _pid([e.get("tid") for e in evs]),
         "id": _ids([e.get("id") for e in evs]),
     }
-    found: dict[str, list] = {}
+    found: dict[str, tuple[list, list]] = {}
     for j, a in enumerate(argd):
         for key in a:
             if key in _ARG_KEYS:
-                vals = found.get(key)
-                if vals is None:
-                    vals = found[key] = [None] * n
-                vals[j] = a[key]
+                entry = found.get(key)
+                if entry is None:
+                    entry = found[key] = ([None] * n, [])
+                v = a[key]
+                entry[0][j] = v
+                entry[1].append(v)
     for key, col, conv in _ARG_CONVERTERS:
-        vals = found.get(key)
-        cols[col] = _nulls(n, _ARG_TYPES[col]) if vals is None else _arg_column(vals, _ARG_TYPES[col], conv)
-    cols["args"] = pa.array([None if a is None else _dump_args(a) for a in args], pa.string())
+        entry = found.get(key)
+        cols[col] = (_nulls(n, _ARG_TYPES[col]) if entry is None
+                     else _arg_column(entry[0], entry[1], _ARG_TYPES[col], conv))
+    cols["args"] = _dump_all(args)
     res.event_count += n
     return pa.RecordBatch.from_arrays([cols[name] for name in EVENT_SCHEMA.names], schema=EVENT_SCHEMA)
 
