@@ -124,3 +124,19 @@ def test_every_command_has_help_with_an_example(command: str):
     res = _run(command, "--help")
     assert res.exit_code == 0
     assert "Example" in res.output
+
+
+def test_remove_a_run(tmp_path: Path):
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    write_trace(tmp_path / "runs" / "v2" / "rank0.json", EVENTS[:2])
+    w = str(tmp_path / "wh")
+    assert _run("-w", w, "ingest", str(tmp_path / "runs")).exit_code == 0
+    res = _run("-w", w, "remove", "--run", "v1")
+    assert res.exit_code == 0 and res.stderr.strip() == "Removed 1 trace(s)."
+    res = _run("-w", w, "sql", "SELECT run, count(*) AS n FROM events GROUP BY run", "-f", "csv")
+    assert res.stdout == "run,n\nv2,2\n"
+    assert not (tmp_path / "wh" / "events" / "run=v1").exists()
+    assert _run("-w", w, "check").exit_code == 0
+    # ingesting it again brings it back
+    res = _run("-w", w, "ingest", str(tmp_path / "runs"))
+    assert "Ingested 1 file(s)" in res.stderr

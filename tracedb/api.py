@@ -22,6 +22,7 @@ from .discover import TraceFile, discover
 from .errors import WarehouseError
 from .ingest import FileResult, IngestReport, run_ingest
 from .query import ViewInfo, build, list_views
+from .remove import remove
 
 DEFAULT_WAREHOUSE = "tracedb"
 
@@ -84,6 +85,13 @@ class TraceDB:
         leftovers of killed ingests); with ``repair``, fix what it finds."""
         self.close()
         return check(self.warehouse, repair=repair, on_wait=on_wait)
+
+    def remove(self, run: str, rank: int | None = None, phase: str | None = None,
+               on_wait: Callable[[str], None] | None = None) -> int:
+        """Take every trace of a run (or of one rank / phase of it) out of
+        the warehouse; returns how many traces went."""
+        self.close()
+        return remove(self.warehouse, run, rank=rank, phase=phase, on_wait=on_wait)
 
     # -- reading ----------------------------------------------------------
 

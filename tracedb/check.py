@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from . import locks
 from .catalog import CATALOG_NAME, LOCK_NAME, Catalog
 from .errors import WarehouseError
+from .remove import remove_empty_partitions, unregister
 from .schema import TABLES
 from .store import STAGING
 
@@ -167,17 +168,8 @@ def _repair(warehouse: Path, catalog: Catalog, problems: list[Problem],
             for p in temps:
                 Path(p.path).unlink(missing_ok=True)
                 p.repaired = "removed"
-    broken = sorted({p.file_id for p in problems if p.file_id})
-    files: list[tuple] = []
-    if broken:
-        with catalog.writing(on_wait) as con:
-            files = con.execute("SELECT files FROM traces WHERE status = 'ok' AND list_contains(?, file_id)",
-                                [broken]).fetchall()
-            con.execute("DELETE FROM traces WHERE status = 'ok' AND list_contains(?, file_id)", [broken])
-    # Their rows are out of the live catalog: the remaining files are orphans now.
-    for (files_json,) in files:
-        for rel in json.loads(files_json or "{}").values():
-            (warehouse / rel).unlink(missing_ok=True)
+    # Broken traces leave the live catalog first; their files go with them.
+    unregister(warehouse, sorted({p.file_id for p in problems if p.file_id}), on_wait)
     for p in problems:
         if p.file_id:
             p.repaired = "trace unregistered: ingest its file again to redo it"
@@ -188,11 +180,4 @@ def _repair(warehouse: Path, catalog: Catalog, problems: list[Problem],
             path = Path(p.path)
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
             p.repaired = "removed"
-    for table in TABLES:  # partition folders left empty
-        root = warehouse / table
-        dirs = [d for d in root.rglob("*") if d.is_dir()] if root.is_dir() else []
-        for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
-            try:
-                d.rmdir()
-            except OSError:
-                pass  # not empty
+    remove_empty_partitions(warehouse)

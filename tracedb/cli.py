@@ -253,6 +253,24 @@ def check(ctx, repair):
 
 
 @main.command()
+@click.option("--run", required=True, help="The run to remove.")
+@click.option("--rank", type=int, help="Only this rank of the run.")
+@click.option("--phase", help="Only this phase of the run.")
+@click.pass_context
+def remove(ctx, run, rank, phase):
+    """Remove a run's traces (or one rank or phase of it) from the warehouse:
+    their rows leave the catalog at once, then their Parquet files go.
+
+    \b
+    Example:
+      tracedb remove --run v1
+      tracedb remove --run infer --phase decode
+    """
+    n = _db(ctx).remove(run, rank=rank, phase=phase, on_wait=lambda m: _err(m + " ..."))
+    _err(f"Removed {n} trace(s).")
+
+
+@main.command()
 @click.pass_context
 def migrate(ctx):
     """Apply pending catalog migrations and re-create every view: after
