@@ -71,19 +71,23 @@ def _tree_rss(root: int) -> int:
 
 
 def run_measured(cmd: list[str], env: dict | None = None, poll_s: float = 0.05) -> dict:
-    """Run a command; wall seconds, peak RSS of its process tree, output."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})}, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, _tree_rss(proc.pid))
-        time.sleep(poll_s)
-    out, err = proc.communicate()
-    seconds = time.perf_counter() - t0
+    """Run a command; wall seconds, peak RSS of its process tree, output.
+    Output goes to files, not pipes: a full pipe would stall the command."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, text=True)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(poll_s)
+        seconds = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{err[-3000:]}")
-    return {"seconds": seconds, "peak_rss_bytes": peak, "stdout": out, "stderr": err}
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stderr[-3000:]}")
+    return {"seconds": seconds, "peak_rss_bytes": peak, "stdout": stdout, "stderr": stderr}
 
 
 def tracedb_cmd(wh: Path, *args: str) -> list[str]:
@@ -168,6 +172,13 @@ class Bench:
         return r
 
     def bench_single(self, label: str, path: Path, baseline: bool, repeats: int) -> None:
+        try:
+            self._bench_single(label, path, baseline, repeats)
+        except RuntimeError as e:  # recorded, and the other workloads still run
+            self.log(f"{label}: failed: {str(e).strip().splitlines()[-1]}")
+            self.results["ingest"].append({"workload": label, "file": path.name, "error": str(e)[-2000:]})
+
+    def _bench_single(self, label: str, path: Path, baseline: bool, repeats: int) -> None:
         meta = json.loads(path.with_suffix(path.suffix + ".meta").read_text())
         mb = meta["json_bytes"] / 1e6
         rows = []
@@ -365,6 +376,9 @@ def table(results: dict) -> str:
                      "baseline peak MiB | x baseline |")
         lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for e in results["ingest"]:
+            if "error" in e:
+                lines.append(f"| {e['workload']} | failed: {e['error'].strip().splitlines()[-1][:120]} |")
+                continue
             b = (f"{e['baseline_mb_per_s']:.1f} | {e['baseline_peak_rss_mib']:.0f} | {e['speedup']:.2f}"
                  if "baseline_mb_per_s" in e else "- | - | -")
             lines.append(f"| {e['workload']} | {e['json_mb']:.0f} | {e['events']:,} | {e['seconds']:.1f} | "

@@ -15,6 +15,7 @@ A file in a partition is visible to queries only once the catalog lists it
 
 from __future__ import annotations
 
+import heapq
 import os
 import shutil
 import uuid
@@ -44,49 +45,50 @@ def _sql_str(s: str | Path) -> str:
 
 
 # Self time of every slice: its duration less the durations of its direct
-# children on the same (pid, tid). Slices are ordered per thread by start
-# (longer first on ties); an event's depth is the number of earlier slices
-# still open at its start; its parent is the nearest earlier slice one level
-# up (an ASOF join). Sort-based, so it stays O(n log n) on any trace.
-_SELF_TIME_SQL = """
-s AS (
-    SELECT event_id, pid, tid, ts_ns, dur_ns,
-           row_number() OVER (PARTITION BY pid, tid ORDER BY ts_ns, dur_ns DESC, event_id) AS ord
-    FROM staged
-    WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL AND dur_ns >= 0
-),
-points AS (
-    SELECT pid, tid, ts_ns + dur_ns AS t, CASE WHEN dur_ns > 0 THEN 0 ELSE 1 END AS grp,
-           ord, 1 AS sub, 1 AS is_end
-    FROM s
-    UNION ALL
-    SELECT pid, tid, ts_ns AS t, 1 AS grp, ord, 0 AS sub, 0 AS is_end FROM s
-),
-ends AS (
-    SELECT pid, tid, ord, is_end,
-           sum(is_end) OVER (PARTITION BY pid, tid ORDER BY t, grp, ord, sub
-                             ROWS UNBOUNDED PRECEDING) AS ended
-    FROM points
-),
-depth AS (
-    SELECT s.event_id, s.pid, s.tid, s.dur_ns, s.ord, (s.ord - 1) - e.ended AS depth
-    FROM s JOIN ends e ON s.pid IS NOT DISTINCT FROM e.pid
-                      AND s.tid IS NOT DISTINCT FROM e.tid
-                      AND s.ord = e.ord AND e.is_end = 0
-),
-children AS (
-    SELECT p.event_id AS parent_id, TRY_CAST(sum(c.dur_ns) AS BIGINT) AS child_ns
-    FROM depth c ASOF JOIN depth p
-      ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.ord > p.ord
-    GROUP BY p.event_id
-)
+# children on the same (pid, tid). DuckDB sorts the slices per thread by
+# start (longer first on ties, then event_id; an external sort, so memory
+# stays bounded); one streaming pass then keeps, per thread, a heap of the
+# ends of the slices still open (an event's depth is how many earlier slices
+# end after it starts) and the latest slice seen at each depth: the parent of
+# a slice at depth d is the latest slice at depth d - 1. It writes
+# (parent, child duration) pairs; a GROUP BY sums them. Memory is the
+# nesting depth, not the trace.
+_SLICES_SQL = """
+SELECT pid, tid, ts_ns, dur_ns, event_id FROM read_parquet({src})
+WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL AND dur_ns >= 0
+ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id
 """
+_PAIR_SCHEMA = pa.schema([("parent_id", pa.int64()), ("dur_ns", pa.int64())])
 
 
-def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
-    """One line: pyarrow's messages are long, its errno is the point."""
-    why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
-    return WarehouseError(f"{warehouse}: cannot write the warehouse: {why}")
+def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path) -> None:
+    reader = con.sql(_SLICES_SQL.format(src=src)).to_arrow_reader(1 << 16)
+    key: tuple = (object(),)
+    ends: list[int] = []
+    last: list[int] = []
+    with pq.ParquetWriter(dst, _PAIR_SCHEMA, compression="lz4") as w:
+        for batch in reader:
+            pids, tids, ts, dur, eid = (batch.column(i).to_pylist() for i in range(5))
+            parents: list[int] = []
+            durs: list[int] = []
+            for pid, tid, t, d, e in zip(pids, tids, ts, dur, eid):
+                if (pid, tid) != key:
+                    key = (pid, tid)
+                    ends, last = [], []
+                while ends and ends[0] <= t:
+                    heapq.heappop(ends)
+                depth = len(ends)
+                if depth and pid is not None and tid is not None:
+                    parents.append(last[depth - 1])
+                    durs.append(d)
+                if depth < len(last):
+                    last[depth] = e
+                else:
+                    last.append(e)
+                heapq.heappush(ends, t + d)
+            if parents:
+                w.write_batch(pa.record_batch([pa.array(parents, pa.int64()), pa.array(durs, pa.int64())],
+                                              schema=_PAIR_SCHEMA))
 
 
 class TraceWriter:
@@ -167,8 +169,12 @@ class TraceWriter:
                         )
                 select = ",\n  ".join([f"{_sql_str(self.file_id)} AS file_id", *cols])
                 if table == "events":
+                    pairs = self.dir / "child_pairs.parquet"
+                    _child_pairs(con, src, pairs)
                     sql = (
-                        f"COPY (WITH staged AS (SELECT * FROM read_parquet({src})), {_SELF_TIME_SQL}"
+                        f"COPY (WITH staged AS (SELECT * FROM read_parquet({src})), "
+                        f"children AS (SELECT parent_id, CAST(sum(dur_ns) AS BIGINT) AS child_ns "
+                        f"FROM read_parquet({_sql_str(pairs)}) GROUP BY parent_id) "
                         f"SELECT {select} FROM staged "
                         f"LEFT JOIN children ON children.parent_id = staged.event_id "
                         f"ORDER BY staged.event_id) "
