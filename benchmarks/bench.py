@@ -288,7 +288,7 @@ class Bench:
 
     def bench_queries(self, wh: Path) -> None:
         args_for = {"regressions": ["--base", "v1", "--run", "v2"]}
-        for mart in MARTS:
+        for mart in self.args.marts.split(","):
             cmd = tracedb_cmd(wh, "query", mart, *args_for.get(mart, ["--run", "v2"]),
                               "--limit", "20", "--format", "csv")
             cold_dropped = drop_caches()
@@ -429,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, help="runs per single-trace workload (median; default 3, quick 1)")
     ap.add_argument("--query-repeats", type=int, default=3, help="warm runs per query (median)")
     ap.add_argument("--only", help="comma list: single, ranks")
+    ap.add_argument("--marts", default=",".join(MARTS), help=f"marts to time (default: {','.join(MARTS)})")
     ap.add_argument("--keep", action="store_true", help="keep what the run made in the workdir")
     ap.add_argument("--reuse", action="store_true", help="reuse rank files an earlier --keep run left")
     args = ap.parse_args(argv)
