@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import tracedb
-from conftest import corpus_file, write_trace
+from conftest import corpus_file
 from tracedb.chunked import NotSplittable, SplitParser
 from tracedb.parse import TraceParser
 

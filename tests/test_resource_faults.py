@@ -128,3 +128,17 @@ def test_read_only_warehouse(small_fs: Path, tmp_path: Path):
     assert res.exit_code == 0 and res.stdout.endswith("OK.\n")
     res = CliRunner().invoke(main, ["-w", str(wh), "check", "--repair"])
     assert res.exit_code == 0  # nothing to repair, nothing written
+
+
+def test_unwritable_staging_is_one_clear_error(tmp_path):
+    """The staging folder cannot be made (a file stands in its way): a
+    WarehouseError naming the warehouse and the OS's reason."""
+    from tracedb.errors import WarehouseError
+    from tracedb.store import STAGING, TraceWriter
+
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    (wh / STAGING).write_text("in the way")
+    with pytest.raises(WarehouseError) as err:
+        TraceWriter(wh, "abc")
+    assert str(err.value) == f"{wh}: cannot write the warehouse: Not a directory"

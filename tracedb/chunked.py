@@ -53,7 +53,7 @@ from .parse import (
     _pid_text,
     _to_ns,
 )
-from .schema import COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
+from .schema import EVENT_SCHEMA, FLOW_SCHEMA
 
 PIECE_BYTES = 4 << 20
 _HEAD_LIMIT = 64 << 20

@@ -91,6 +91,12 @@ def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path) -> None:
                                               schema=_PAIR_SCHEMA))
 
 
+def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
+    """One line: pyarrow's messages are long, its errno is the point."""
+    why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
+    return WarehouseError(f"{warehouse}: cannot write the warehouse: {why}")
+
+
 class TraceWriter:
     """Stage, finalize and publish the Parquet files of one trace."""
 
