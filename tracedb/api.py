@@ -98,10 +98,13 @@ class TraceDB:
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A read-only connection to the catalog (shared by this object)."""
         if self._con is None:
-            recorded = self.catalog.recorded_warehouse()
+            con = self.catalog.connect_readonly()
+            recorded = self.catalog.recorded_warehouse(con)
             if recorded is not None and recorded != str(self.warehouse) and os.access(self.warehouse, os.W_OK):
+                con.close()
                 self.catalog.rebuild()  # the warehouse moved: re-point the views
-            self._con = self.catalog.connect_readonly()
+                con = self.catalog.connect_readonly()
+            self._con = con
         return self._con
 
     def close(self) -> None:

@@ -337,12 +337,11 @@ class Catalog:
         with self.writing():
             pass
 
-    def recorded_warehouse(self) -> str | None:
-        con = self.connect_readonly()
+    @staticmethod
+    def recorded_warehouse(con: duckdb.DuckDBPyConnection) -> str | None:
+        """The warehouse folder the views were built for (read on ``con``)."""
         try:
-            row = con.execute("SELECT value FROM catalog_info WHERE key = 'warehouse'").fetchone()
+            rows = con.execute("SELECT value FROM catalog_info WHERE key = 'warehouse'").fetchall()
         except duckdb.Error:
             return None
-        finally:
-            con.close()
-        return row[0] if row else None
+        return rows[0][0] if rows else None
