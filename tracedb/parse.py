@@ -726,7 +726,7 @@ def _object_members(text: str, pos: int) -> list[tuple[str, Any]] | None:
         if pos < end and text[pos] == ",":
             pos += 1
             continue
-        if pos < end and text[pos] == "}" and not text[pos + 1:].strip():
+        if pos < end and text[pos] == "}" and _WS.match(text, pos + 1).end() == end:
             return members
         return None
 
