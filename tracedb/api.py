@@ -16,6 +16,7 @@ from typing import Callable
 
 import duckdb
 
+from . import locks
 from .catalog import CATALOG_NAME, COMM_PATTERNS_CSV, Catalog
 from .check import CheckReport, check
 from .discover import TraceFile, discover
@@ -23,6 +24,9 @@ from .errors import WarehouseError
 from .ingest import FileResult, IngestReport, run_ingest
 from .query import ViewInfo, build, list_views
 from .remove import remove
+from .schema import TABLES
+from .store import STAGING
+from .summaries import SUMMARY_DIR
 
 DEFAULT_WAREHOUSE = "tracedb"
 
@@ -47,7 +51,7 @@ class TraceDB:
             raise WarehouseError(f"{w}: exists and is not a folder")
         if w.is_dir() and not (w / CATALOG_NAME).exists() and any(
             # (.tracedb*: locks and catalog copies of an ingest killed before its first swap)
-            p.name not in {"events", "flows", "counters", ".staging", COMM_PATTERNS_CSV}
+            p.name not in {*TABLES, SUMMARY_DIR, STAGING, COMM_PATTERNS_CSV}
             and not p.name.startswith(".tracedb")
             for p in w.iterdir()
         ):
@@ -74,11 +78,15 @@ class TraceDB:
         jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         return run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
 
-    def rebuild_views(self) -> None:
-        """Re-create every view (after moving the warehouse or upgrading tracedb)."""
+    def rebuild_views(self, on_wait: Callable[[str], None] | None = None) -> int:
+        """Re-create every view and recompute the per-trace summaries that an
+        older view library or comm_patterns.csv made (after upgrading
+        tracedb, moving the warehouse or changing comm_patterns.csv);
+        returns how many traces' summaries were recomputed."""
         self._check_writable_target()
         self.close()
-        self.catalog.rebuild()
+        with locks.ingesting(self.warehouse, on_wait):
+            return self.catalog.refresh_summaries(on_wait)
 
     def check(self, repair: bool = False, on_wait: Callable[[str], None] | None = None) -> CheckReport:
         """Verify the warehouse (orphan or missing Parquet files, row counts,
@@ -122,6 +130,12 @@ class TraceDB:
         """Any read-only SQL over the catalog."""
         con = self.connect()
         return con.sql(text, params=params) if params else con.sql(text)
+
+    def stale_summaries(self) -> int:
+        """Traces whose per-trace summaries another view library or
+        comm_patterns.csv made; while there are any, the per-trace views
+        compute from the events. ``rebuild_views`` recomputes them."""
+        return self.catalog.stale_summaries(self.connect())
 
     def views(self, layer: str | None = None) -> list[ViewInfo]:
         return list_views(self.connect(), layer)

@@ -28,11 +28,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import duckdb
-import pyarrow as pa
 
-from .errors import MigrationError, ViewError, WarehouseError
+from . import summaries
+from .errors import MigrationError, WarehouseError
 from .schema import SCHEMAS
-from .views import apply_views, load_view_files
+from .store import STAGING
+from .views import (
+    COMM_PATTERNS_CSV, ViewDef, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql,
+)
 
 CATALOG_NAME = "tracedb.duckdb"
 LOCK_NAME = ".tracedb.lock"
@@ -113,44 +116,8 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list
     return done
 
 
-def _duck_type(t: pa.DataType) -> str:
-    if pa.types.is_int64(t):
-        return "BIGINT"
-    if pa.types.is_float64(t):
-        return "DOUBLE"
-    if pa.types.is_string(t):
-        return "VARCHAR"
-    if pa.types.is_list(t):
-        return _duck_type(t.value_type) + "[]"
-    raise TypeError(t)
-
-
 def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
-
-
-def raw_columns(table: str) -> list[tuple[str, str]]:
-    """(name, DuckDB type) of a raw view, in order."""
-    cols = [("run", "VARCHAR"), ("rank", "BIGINT"), ("phase", "VARCHAR"), ("file_id", "VARCHAR")]
-    for f in SCHEMAS[table]:
-        cols.append((f.name, "JSON" if f.name == "args" else _duck_type(f.type)))
-        if table == "events" and f.name == "dur_ns":
-            cols.append(("self_ns", "BIGINT"))
-    return cols
-
-
-def raw_view_sql(table: str, files: list[str]) -> str:
-    cols = raw_columns(table)
-    if not files:
-        select = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in cols)
-        return f"CREATE OR REPLACE VIEW {table} AS SELECT {select} LIMIT 0"
-    exprs = ", ".join(f"CAST({n} AS JSON) AS {n}" if t == "JSON" else n for n, t in cols)
-    file_list = ", ".join(_quote(f) for f in files)
-    return (
-        f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}], "
-        "hive_partitioning = true, "
-        "hive_types = {'run': VARCHAR, 'rank': BIGINT, 'phase': VARCHAR})"
-    )
 
 
 RAW_DOCS = {
@@ -187,41 +154,10 @@ RAW_COLUMN_DOCS = {
 COMMON_COLUMNS = ("run", "rank", "phase", "file_id", "event_id", "pid", "tid", "args")
 
 
-COMM_PATTERNS_CSV = "comm_patterns.csv"
-COMM_SOURCES = ("kernel", "annotation", "cpu_op")
-
-
-def load_comm_patterns(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """Copy the user's communication patterns (``<warehouse>/comm_patterns.csv``:
-    source, pattern, library, collective; first matching row wins) into the
-    table ``user_comm_patterns``, which replaces the defaults of the
-    ``comm_patterns`` view when it has rows. Without the file it is empty."""
-    con.execute(
-        "CREATE OR REPLACE TABLE user_comm_patterns (priority BIGINT, source VARCHAR,"
-        " pattern VARCHAR, library VARCHAR, collective VARCHAR)"
-    )
-    if not path.exists():
-        return
-    try:
-        con.execute(
-            "INSERT INTO user_comm_patterns SELECT row_number() OVER (), lower(trim(source)),"
-            " pattern, library, nullif(trim(collective), '')"
-            " FROM read_csv(?, header = true, all_varchar = true)",
-            [str(path)],
-        )
-        bad = con.execute(
-            "SELECT source, pattern FROM user_comm_patterns"
-            " WHERE NOT coalesce(list_contains(?, source), false) OR coalesce(pattern, '') = '' LIMIT 1",
-            [list(COMM_SOURCES)],
-        ).fetchone()
-        con.execute("SELECT count(*) FROM user_comm_patterns WHERE regexp_matches('', pattern)")
-    except duckdb.Error as e:
-        raise ViewError(f"{path}: {str(e).splitlines()[0]}") from None
-    if bad:
-        raise ViewError(
-            f"{path}: source {bad[0]!r}, pattern {bad[1]!r}: source must be one of "
-            f"{', '.join(COMM_SOURCES)} and the pattern not empty"
-        )
+def trace_files(files_json: str | None, summaries_json: str | None) -> list[str]:
+    """The Parquet files of a traces row (data and summaries), relative to
+    the warehouse."""
+    return [rel for listed in (files_json, summaries_json) for rel in json.loads(listed or "{}").values()]
 
 
 class Catalog:
@@ -326,11 +262,80 @@ class Catalog:
         fingerprint = hashlib.sha256(
             json.dumps([vars(v) for v in defs] + [common], sort_keys=True, default=str).encode()
         ).hexdigest()
-        row = con.execute("SELECT value FROM catalog_info WHERE key = 'views_fingerprint'").fetchone()
-        if row and row[0] == fingerprint:
-            return
-        apply_views(con, defs, common)
-        con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('views_fingerprint', ?)", [fingerprint])
+        row = con.execute("SELECT value FROM catalog_info WHERE key = 'views_fingerprint'").fetchall()
+        if not row or row[0][0] != fingerprint:
+            apply_views(con, defs, common)
+            con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('views_fingerprint', ?)", [fingerprint])
+        self._bind_summaries(con, defs)
+
+    def _bind_summaries(self, con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
+        """Define each per-trace view over its summary files when every trace
+        has current ones; else over the events (its own SQL: right, slower)."""
+        views = summaries.per_trace(defs)
+        current = summaries.fingerprint(defs, self.warehouse)
+        rows = con.execute(
+            "SELECT summaries, summaries_fingerprint FROM traces WHERE status = 'ok' "
+            "ORDER BY run, rank, phase, file_id"
+        ).fetchall()
+        files: dict[str, list[str]] = {v.name: [] for v in views}
+        stale = 0
+        for listed, made_by in rows:
+            listed = json.loads(listed or "{}")
+            if made_by != current or any(v.name not in listed for v in views):
+                stale += 1
+                continue
+            for v in views:
+                files[v.name].append(str(self.warehouse / listed[v.name]))
+        con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('stale_summaries', ?)", [str(stale)])
+        for v in views:
+            cols = con.execute(
+                "SELECT column_name, data_type, description FROM tracedb_view_columns "
+                "WHERE view_name = ? ORDER BY position", [v.name]
+            ).fetchall()
+            if rows and not stale:
+                select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
+                file_list = ", ".join(_quote(f) for f in files[v.name])
+                con.execute(f"CREATE OR REPLACE VIEW {v.name} AS SELECT {select} "
+                            f"FROM read_parquet([{file_list}], hive_partitioning = false)")
+            else:
+                con.execute(v.sql)
+            con.execute(f"COMMENT ON VIEW {v.name} IS {_quote(v.description)}")
+            for c, _t, doc in cols:
+                if doc:
+                    con.execute(f'COMMENT ON COLUMN {v.name}."{c}" IS {_quote(doc)}')
+
+    @staticmethod
+    def stale_summaries(con: duckdb.DuckDBPyConnection) -> int:
+        """Traces whose summaries another view library or comm_patterns.csv
+        made (the per-trace views then read the events)."""
+        rows = con.execute("SELECT value FROM catalog_info WHERE key = 'stale_summaries'").fetchall()
+        return int(rows[0][0]) if rows else 0
+
+    def refresh_summaries(self, on_wait: Callable[[str], None] | None = None) -> int:
+        """Recompute the stale summaries from the events (``tracedb
+        migrate``); returns how many traces were done."""
+        defs = load_view_files(resource_dir("queries"))
+        current = summaries.fingerprint(defs, self.warehouse)
+        with self.writing(on_wait) as con:
+            rows = con.execute(
+                "SELECT file_id, run, rank, phase, files, distributed_info FROM traces WHERE status = 'ok' "
+                "AND summaries_fingerprint IS DISTINCT FROM ?", [current]
+            ).fetchall()
+            for file_id, run, rank, phase, listed, info in rows:
+                tables = {t: self.warehouse / rel for t, rel in json.loads(listed or "{}").items()}
+                work = self.warehouse / STAGING / f"summaries.{file_id}.{os.getpid()}"
+                work.mkdir(parents=True, exist_ok=True)
+                try:
+                    made = summaries.compute(self.warehouse, defs, tables, work, file_id=file_id, run=run,
+                                             rank=rank, phase=phase, distributed_info=info)
+                    done = summaries.publish(self.warehouse, made, run, rank, phase, file_id)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+                con.execute(
+                    "UPDATE traces SET summaries = ?, summaries_fingerprint = ? "
+                    "WHERE file_id = ? AND status = 'ok'", [json.dumps(done), current, file_id]
+                )
+        return len(rows)
 
     def rebuild(self) -> None:
         """Re-create every view (after a move of the warehouse, or an upgrade)."""

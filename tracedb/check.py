@@ -33,6 +33,7 @@ from .errors import WarehouseError
 from .remove import remove_empty_partitions, unregister
 from .schema import TABLES
 from .store import STAGING
+from .summaries import SUMMARY_DIR
 
 COUNT_COLUMNS = {"events": "event_count", "flows": "flow_count", "counters": "counter_count"}
 
@@ -80,7 +81,7 @@ def _registered(catalog: Catalog) -> list[tuple]:
         raise WarehouseError(f"{catalog.path}: cannot open the catalog: {str(e).splitlines()[0]}") from None
     try:
         return con.execute(
-            "SELECT file_id, source_path, files, event_count, flow_count, counter_count "
+            "SELECT file_id, source_path, files, summaries, event_count, flow_count, counter_count "
             "FROM traces WHERE status = 'ok' ORDER BY source_path"
         ).fetchall()
     except duckdb.CatalogException:
@@ -91,9 +92,14 @@ def _registered(catalog: Catalog) -> list[tuple]:
 
 def _check_trace(warehouse: Path, row: tuple, problems: list[Problem]) -> set[Path]:
     """The trace's files (as listed); its problems appended."""
-    file_id, source, files_json, *counts = row
+    file_id, source, files_json, summaries_json, *counts = row
     listed = json.loads(files_json or "{}")
     paths = set()
+    for view, rel in json.loads(summaries_json or "{}").items():
+        path = warehouse / rel
+        paths.add(path)
+        if not path.is_file():
+            problems.append(Problem("missing_file", str(path), f"summary {view} of {source} is missing", file_id))
     for table, column in COUNT_COLUMNS.items():
         expected = counts[list(COUNT_COLUMNS).index(table)] or 0
         rel = listed.get(table)
@@ -126,7 +132,7 @@ def check(warehouse: str | Path, repair: bool = False,
     it finds, only when the warehouse cannot be read at all."""
     warehouse = Path(warehouse).absolute()
     catalog = Catalog(warehouse)
-    marks = (CATALOG_NAME, *TABLES, STAGING, LOCK_NAME, locks.INGEST_LOCK_NAME)
+    marks = (CATALOG_NAME, *TABLES, SUMMARY_DIR, STAGING, LOCK_NAME, locks.INGEST_LOCK_NAME)
     if not warehouse.is_dir() or not any((warehouse / m).exists() for m in marks):
         raise WarehouseError(f"no tracedb warehouse at {warehouse}")
     report = CheckReport(str(warehouse))
@@ -137,7 +143,7 @@ def check(warehouse: str | Path, repair: bool = False,
         listed: set[Path] = set()
         for row in rows:
             listed |= _check_trace(warehouse, row, problems)
-        for table in TABLES:
+        for table in (*TABLES, SUMMARY_DIR):
             root = warehouse / table
             for path in sorted(root.rglob("*")) if root.is_dir() else ():
                 if path.is_dir():

@@ -126,6 +126,10 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
         f"{report.bytes / 1e6:,.1f} MB in {report.seconds:.1f} s ({report.mb_per_s:,.1f} MB/s); "
         f"skipped {len(report.skipped)} already ingested; {len(report.failed)} failed."
     )
+    stale = db.stale_summaries() if report.ingested else 0
+    if stale:
+        _err(f"{stale} trace(s) have summaries made by another tracedb or comm_patterns.csv: the marts "
+             "compute from the events (slower) until `tracedb migrate` recomputes them.")
     if report.failed:
         ctx.exit(1)
 
@@ -273,7 +277,8 @@ def remove(ctx, run, rank, phase):
 @main.command()
 @click.pass_context
 def migrate(ctx):
-    """Apply pending catalog migrations and re-create every view: after
+    """Apply pending catalog migrations, re-create every view, and recompute
+    the per-trace summaries an older tracedb or comm_patterns.csv made: after
     upgrading tracedb, moving the warehouse, or writing
     <warehouse>/comm_patterns.csv.
 
@@ -282,8 +287,8 @@ def migrate(ctx):
       tracedb query comm_patterns -f csv -o tracedb/comm_patterns.csv
       tracedb migrate
     """
-    _db(ctx).rebuild_views()
-    _err("Views rebuilt.")
+    n = _db(ctx).rebuild_views(on_wait=lambda m: _err(m + " ..."))
+    _err(f"Views rebuilt; summaries recomputed for {n} trace(s)." if n else "Views rebuilt.")
 
 
 @main.command()

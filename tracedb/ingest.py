@@ -25,14 +25,15 @@ from typing import Callable
 import duckdb
 import pyarrow as pa
 
-from . import __version__, locks
-from .catalog import Catalog
+from . import __version__, locks, summaries
+from .catalog import Catalog, resource_dir, trace_files
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
 from .chunked import NotSplittable, Piece, SplitParser, parse_piece
 from .parse import TraceMeta, TraceParser
 from .schema import TABLES
-from .store import TraceWriter, write_part
+from .store import TraceWriter, cannot_write, write_part
+from .views import load_view_files
 
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
@@ -232,7 +233,18 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
         if meta.distributed_info:
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, threads=threads)
+        defs = load_view_files(resource_dir("queries"))
+        made = summaries.compute(
+            warehouse, defs, writer.final, writer.dir, file_id=file_id, run=tf.run, rank=tf.rank, phase=tf.phase,
+            distributed_info=json.dumps(meta.distributed_info) if meta.distributed_info is not None else None,
+            threads=threads)
         files = writer.publish(tf.run, tf.rank, tf.phase)
+        try:
+            summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, file_id)
+        except OSError as e:
+            for rel in files.values():
+                (warehouse / rel).unlink(missing_ok=True)
+            raise cannot_write(warehouse, e) from None
     except (TraceFormatError, duckdb.Error, pa.ArrowException) as e:
         # A library call that the file's values broke fails this file only, too.
         result.error = str(e) if isinstance(e, TraceFormatError) else (
@@ -248,6 +260,8 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
     result.warnings = meta.warnings
     result.seconds = time.perf_counter() - t0
     result.row = _row(tf, file_id, "ok", None, meta, files, result.seconds)
+    result.row["summaries"] = json.dumps(summary_files)
+    result.row["summaries_fingerprint"] = summaries.fingerprint(defs, warehouse)
     return result
 
 
@@ -278,7 +292,7 @@ def register(catalog: Catalog, results: list[FileResult],
         registered, _ = _known(catalog)
         for r in results:
             if r.status == "ok" and r.file_id not in registered:
-                for rel in json.loads((r.row or {}).get("files") or "{}").values():
+                for rel in trace_files((r.row or {}).get("files"), (r.row or {}).get("summaries")):
                     (catalog.warehouse / rel).unlink(missing_ok=True)
         raise
 

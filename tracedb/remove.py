@@ -8,14 +8,14 @@ removes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
 from . import locks
-from .catalog import Catalog
+from .catalog import Catalog, trace_files
 from .errors import WarehouseError
 from .schema import TABLES
+from .summaries import SUMMARY_DIR
 
 
 def unregister(warehouse: Path, file_ids: list[str],
@@ -26,17 +26,18 @@ def unregister(warehouse: Path, file_ids: list[str],
         return 0
     catalog = Catalog(warehouse)
     with catalog.writing(on_wait) as con:
-        files = con.execute("SELECT files FROM traces WHERE list_contains(?, file_id)", [file_ids]).fetchall()
+        files = con.execute("SELECT files, summaries FROM traces WHERE list_contains(?, file_id)",
+                            [file_ids]).fetchall()
         con.execute("DELETE FROM traces WHERE list_contains(?, file_id)", [file_ids])
-    for (files_json,) in files:
-        for rel in json.loads(files_json or "{}").values():
+    for files_json, summaries_json in files:
+        for rel in trace_files(files_json, summaries_json):
             (warehouse / rel).unlink(missing_ok=True)
     remove_empty_partitions(warehouse)
     return len(files)
 
 
 def remove_empty_partitions(warehouse: Path) -> None:
-    for table in TABLES:
+    for table in (*TABLES, SUMMARY_DIR):
         root = warehouse / table
         dirs = [d for d in root.rglob("*") if d.is_dir()] if root.is_dir() else []
         for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):

@@ -11,6 +11,8 @@ header comment::
     -- order by: total_us DESC                       (how `query` sorts)
     -- default kind: kernel, cpu_op                   (`query` without --kind
                                                       takes the first present)
+    -- materialize: per trace                         (computed once per trace
+                                                      at ingest: summaries.py)
 
 and documents each output column with a comment line right above it::
 
@@ -29,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from .errors import ViewError
+from .schema import SCHEMAS
 
 LAYERS = ("staging", "intermediate", "marts")
 
-_TAG_RE = re.compile(r"^--\s*(requires|param\s+\w+|order by|default kind)\s*:\s*(.*)$", re.IGNORECASE)
+_TAG_RE = re.compile(r"^--\s*(requires|param\s+\w+|order by|default kind|materialize)\s*:\s*(.*)$",
+                     re.IGNORECASE)
 _CREATE_RE = re.compile(
     r"^\s*CREATE\s+OR\s+REPLACE\s+(VIEW|MACRO)\s+(\w+)", re.IGNORECASE | re.MULTILINE
 )
@@ -55,6 +60,9 @@ class ViewDef:
     order_by: str | None = None
     default_kind: list[str] = field(default_factory=list)
     column_docs: dict[str, str] = field(default_factory=dict)
+    # Every row comes from one trace file: computed per trace at ingest and
+    # read from summary files (``-- materialize: per trace``).
+    per_trace: bool = False
 
 
 def parse_view_file(path: Path, layer: str) -> ViewDef:
@@ -65,6 +73,7 @@ def parse_view_file(path: Path, layer: str) -> ViewDef:
     params: dict[str, str] = {}
     order_by = None
     default_kind: list[str] = []
+    per_trace = False
     body_start = 0
     for i, line in enumerate(lines):
         if not line.startswith("--"):
@@ -79,6 +88,10 @@ def parse_view_file(path: Path, layer: str) -> ViewDef:
                 order_by = value
             elif tag == "default kind":
                 default_kind = [k.strip() for k in value.split(",") if k.strip()]
+            elif tag == "materialize":
+                if value.lower() != "per trace":
+                    raise ViewError(f"{path}: materialize: expected 'per trace', found {value!r}")
+                per_trace = True
             else:
                 params[tag.split()[1]] = value
         else:
@@ -108,7 +121,8 @@ def parse_view_file(path: Path, layer: str) -> ViewDef:
         pending = []
     return ViewDef(name=name, layer=layer, kind=kind, path=path, sql=text,
                    description=description, requires=requires, params=params,
-                   order_by=order_by, default_kind=default_kind, column_docs=docs)
+                   order_by=order_by, default_kind=default_kind, column_docs=docs,
+                   per_trace=per_trace)
 
 
 def load_view_files(root: Path) -> list[ViewDef]:
@@ -219,4 +233,87 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
             "INSERT INTO tracedb_views VALUES (?, ?, ?, ?, ?, ?, ?)",
             [v.name, v.layer, v.kind, v.description, json.dumps(v.params), v.order_by,
              v.default_kind],
+        )
+
+
+# -- raw views and the tables the library reads ------------------------------
+
+
+def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_string(t):
+        return "VARCHAR"
+    if pa.types.is_list(t):
+        return _duck_type(t.value_type) + "[]"
+    raise TypeError(t)
+
+
+def raw_columns(table: str) -> list[tuple[str, str]]:
+    """(name, DuckDB type) of a raw view, in order."""
+    cols = [("run", "VARCHAR"), ("rank", "BIGINT"), ("phase", "VARCHAR"), ("file_id", "VARCHAR")]
+    for f in SCHEMAS[table]:
+        cols.append((f.name, "JSON" if f.name == "args" else _duck_type(f.type)))
+        if table == "events" and f.name == "dur_ns":
+            cols.append(("self_ns", "BIGINT"))
+    return cols
+
+
+def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] | None = None) -> str:
+    """The raw view ``table`` over Parquet files: hive partitions give run,
+    rank and phase, or ``partition`` does (one trace's files, anywhere)."""
+    cols = raw_columns(table)
+    if not files:
+        select = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in cols)
+        return f"CREATE OR REPLACE VIEW {table} AS SELECT {select} LIMIT 0"
+    exprs = ", ".join(f"CAST({n} AS JSON) AS {n}" if t == "JSON" else n for n, t in cols)
+    file_list = ", ".join(_quote(f) for f in files)
+    if partition is not None:
+        run, rank, phase = partition
+        exprs = exprs.replace("run, rank, phase,", f"{_quote(run)} AS run, CAST({int(rank)} AS BIGINT) AS rank, "
+                              f"{_quote(phase)} AS phase,", 1)
+        return f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}])"
+    return (
+        f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}], "
+        "hive_partitioning = true, "
+        "hive_types = {'run': VARCHAR, 'rank': BIGINT, 'phase': VARCHAR})"
+    )
+
+
+COMM_PATTERNS_CSV = "comm_patterns.csv"
+COMM_SOURCES = ("kernel", "annotation", "cpu_op")
+
+
+def load_comm_patterns(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Copy the user's communication patterns (``<warehouse>/comm_patterns.csv``:
+    source, pattern, library, collective; first matching row wins) into the
+    table ``user_comm_patterns``, which replaces the defaults of the
+    ``comm_patterns`` view when it has rows. Without the file it is empty."""
+    con.execute(
+        "CREATE OR REPLACE TABLE user_comm_patterns (priority BIGINT, source VARCHAR,"
+        " pattern VARCHAR, library VARCHAR, collective VARCHAR)"
+    )
+    if not path.exists():
+        return
+    try:
+        con.execute(
+            "INSERT INTO user_comm_patterns SELECT row_number() OVER (), lower(trim(source)),"
+            " pattern, library, nullif(trim(collective), '')"
+            " FROM read_csv(?, header = true, all_varchar = true)",
+            [str(path)],
+        )
+        bad = con.execute(
+            "SELECT source, pattern FROM user_comm_patterns"
+            " WHERE NOT coalesce(list_contains(?, source), false) OR coalesce(pattern, '') = '' LIMIT 1",
+            [list(COMM_SOURCES)],
+        ).fetchone()
+        con.execute("SELECT count(*) FROM user_comm_patterns WHERE regexp_matches('', pattern)")
+    except duckdb.Error as e:
+        raise ViewError(f"{path}: {str(e).splitlines()[0]}") from None
+    if bad:
+        raise ViewError(
+            f"{path}: source {bad[0]!r}, pattern {bad[1]!r}: source must be one of "
+            f"{', '.join(COMM_SOURCES)} and the pattern not empty"
         )

@@ -6,6 +6,7 @@
 -- from the same, else the trace's process groups.
 -- Grain: one row per communication op.
 -- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_calls, int_steps, stg_comm_args, stg_process_groups, dtype_sizes
+-- materialize: per trace
 CREATE OR REPLACE VIEW int_comm_ops AS
 WITH kernels AS (
     SELECT

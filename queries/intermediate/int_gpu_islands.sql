@@ -4,8 +4,8 @@
 -- per scope: `stream` (all activity of one stream), `device` (all streams of
 -- a device), and, over kernels only, `compute`, `comm` and `kernel` (compute
 -- and comm together), each also per profiler step (by_step). Unions are taken
--- within one trace file and device. gpu_utilization and overlap read it; a
--- precomputed per-trace summary could stand in for it.
+-- within one trace file and device. gpu_utilization reads it; overlap reads its sums per
+-- trace (int_overlap_sums, computed at ingest).
 -- Grain: one row per run, rank, phase, file, device, scope, stream, step and island.
 -- requires: int_gpu_activity
 CREATE OR REPLACE VIEW int_gpu_islands AS

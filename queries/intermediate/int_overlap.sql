@@ -1,20 +1,19 @@
--- Compute / communication overlap from the kernel islands: the union of
+-- Compute / communication overlap from the kernel islands (int_overlap_sums): the union of
 -- compute kernels, of communication kernels, and of both, per trace file and
 -- device, summed. Overlap = compute + comm - union of both (exact). overlap
 -- and overlap_by_step show it.
 -- Grain: one row per run, rank, phase, by_step and step (step NULL when not by_step).
--- requires: int_gpu_islands
+-- requires: int_overlap_sums
 CREATE OR REPLACE VIEW int_overlap AS
 WITH sums AS (
     SELECT
         run, rank, phase, by_step, step,
-        coalesce(sum(end_ns - ts_ns) FILTER (WHERE scope = 'compute'), 0) AS compute_ns,
-        coalesce(sum(end_ns - ts_ns) FILTER (WHERE scope = 'comm'), 0) AS comm_ns,
-        coalesce(sum(end_ns - ts_ns) FILTER (WHERE scope = 'kernel'), 0) AS kernel_ns,
-        coalesce(sum(activity_count) FILTER (WHERE scope = 'compute'), 0) AS compute_kernel_count,
-        coalesce(sum(activity_count) FILTER (WHERE scope = 'comm'), 0) AS comm_kernel_count
-    FROM int_gpu_islands
-    WHERE scope IN ('compute', 'comm', 'kernel')
+        sum(compute_ns) AS compute_ns,
+        sum(comm_ns) AS comm_ns,
+        sum(kernel_ns) AS kernel_ns,
+        sum(compute_kernel_count) AS compute_kernel_count,
+        sum(comm_kernel_count) AS comm_kernel_count
+    FROM int_overlap_sums
     GROUP BY run, rank, phase, by_step, step
 )
 SELECT

@@ -2,34 +2,16 @@
 -- and phase: which kernels dominate. `tracedb query hotspots --run v2`
 -- (kernels when the run has any, else CPU ops; --kind picks).
 -- Grain: one row per run, phase, kind, name.
--- requires: int_op_durations
+-- requires: int_hotspots
 -- order by: total_us DESC, name
 -- default kind: kernel, cpu_op, annotation
 CREATE OR REPLACE VIEW hotspots AS
 SELECT
-    run,
-    phase,
+    run, phase,
     -- kernel, cpu_op or annotation.
     kind,
-    -- Kernel / op / annotation name.
-    name,
-    -- Number of ranks it ran on.
-    count(DISTINCT rank) AS rank_count,
-    -- Number of executions, all ranks.
-    count(*) AS calls,
-    -- Summed duration, all ranks, microseconds.
-    sum(dur_ns) / 1e3 AS total_us,
-    -- Summed self time (CPU ops: less child ops on the same thread), microseconds.
-    sum(self_ns) / 1e3 AS self_us,
-    -- Mean duration, microseconds.
-    avg(dur_ns) / 1e3 AS mean_us,
-    -- Median duration (linear interpolation), microseconds.
-    quantile_cont(dur_ns, 0.5) / 1e3 AS p50_us,
-    -- 95th percentile duration (linear interpolation), microseconds.
-    quantile_cont(dur_ns, 0.95) / 1e3 AS p95_us,
-    -- Longest duration, microseconds.
-    max(dur_ns) / 1e3 AS max_us,
+    name, rank_count, calls, total_us, self_us, mean_us, p50_us, p95_us, max_us,
     -- Share of the total time of this kind in the run and phase, percent.
-    100.0 * sum(dur_ns) / sum(sum(dur_ns)) OVER (PARTITION BY run, phase, kind) AS pct_of_total
-FROM int_op_durations
-GROUP BY run, phase, kind, name;
+    pct_of_total
+FROM int_hotspots
+WHERE grain = 'run';

@@ -14,21 +14,18 @@
 -- param target: the run compared (--run)
 -- param min_change_pct: smallest change flagged slower or faster, percent (default 10)
 -- param noise_z: standard errors of the difference the change must exceed (default 3)
--- requires: int_op_steps
+-- requires: int_op_step_sums, int_op_stats
 -- order by: abs(delta_per_step_us) DESC NULLS LAST, kind, name
 CREATE OR REPLACE MACRO regressions(base, target, min_change_pct := 10, noise_z := 3) AS TABLE
-WITH ops AS (
+WITH per_sample AS (
     SELECT
-        run, rank, phase, file_id, step, kind, dur_ns,
+        run, phase, kind,
         CASE WHEN kind = 'annotation' AND regexp_matches(name, '^ProfilerStep#[0-9]+$')
-             THEN 'ProfilerStep#*' ELSE name END AS name
-    FROM int_op_steps
+             THEN 'ProfilerStep#*' ELSE name END AS name,
+        rank, file_id, step, sum(calls) AS calls, sum(total_ns) AS ns
+    FROM int_op_step_sums
     WHERE run = base OR run = target
-),
-per_sample AS (
-    SELECT run, phase, kind, name, rank, file_id, step, count(*) AS calls, sum(dur_ns) AS ns
-    FROM ops
-    GROUP BY run, phase, kind, name, rank, file_id, step
+    GROUP BY ALL
 ),
 samples AS (
     SELECT run, phase, count(*) AS sample_count
@@ -41,9 +38,9 @@ per_name AS (
     GROUP BY run, phase, kind, name
 ),
 medians AS (
-    SELECT run, phase, kind, name, quantile_cont(dur_ns, 0.5) AS p50_ns
-    FROM ops
-    GROUP BY run, phase, kind, name
+    SELECT run, phase, kind, name, p50_ns
+    FROM int_op_stats
+    WHERE grain = 'compare' AND (run = base OR run = target)
 ),
 sides AS (
     SELECT

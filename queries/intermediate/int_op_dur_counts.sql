@@ -1,0 +1,20 @@
+-- How many times each duration occurs, per trace file, kind and name of
+-- timed operation (int_op_steps): the exact distribution that percentiles
+-- are read from (int_op_percentiles) without rescanning the events.
+-- Computed once per trace at ingest.
+-- Grain: one row per trace file, kind, name and distinct duration.
+-- requires: int_op_steps
+-- materialize: per trace
+CREATE OR REPLACE VIEW int_op_dur_counts AS
+SELECT
+    run, rank, phase, file_id,
+    -- kernel, cpu_op or annotation.
+    kind,
+    -- Kernel, op or annotation name.
+    name,
+    -- Duration, nanoseconds.
+    dur_ns,
+    -- Executions that took exactly dur_ns.
+    count(*) AS calls
+FROM int_op_steps
+GROUP BY run, rank, phase, file_id, kind, name, dur_ns;

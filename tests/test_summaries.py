@@ -1,0 +1,163 @@
+"""Per-trace summaries (summaries.py): the views they stand in for give the
+same answers as computing from the events, they go stale when the SQL or
+comm_patterns.csv that made them changes (the views then read the events),
+`tracedb migrate` recomputes them, and remove / check know their files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from click.testing import CliRunner
+
+import tracedb
+from tracedb.catalog import Catalog
+from tracedb.cli import main
+from conftest import CORPUS, ROOT
+from marts_fixture import write_ranks
+
+CUDA = ROOT / "tests" / "fixtures" / "cuda"
+PER_TRACE = {"int_comm_ops", "int_overlap_sums", "int_op_step_sums", "int_op_dur_counts"}
+
+
+def _norm(v):
+    if isinstance(v, float):
+        return None if math.isnan(v) else float(f"{v:.9g}")  # summation order moves the last bits
+    if isinstance(v, (list, tuple)):
+        return tuple(_norm(x) for x in v)
+    return v
+
+
+def snapshot(db: tracedb.TraceDB) -> dict[str, tuple[list, list]]:
+    """(column types, sorted rows) of every intermediate view and mart, and
+    of regressions between the CUDA fixture's v1 and v2."""
+    con = db.connect()
+    names = [n for (n,) in con.execute(
+        "SELECT name FROM tracedb_views WHERE kind = 'view' AND layer <> 'staging' ORDER BY name").fetchall()]
+    out = {}
+    for name in names + ["regressions('v1', 'v2')"]:
+        rel = con.sql(f"SELECT * FROM {name}")
+        rows = sorted((tuple(_norm(v) for v in r) for r in rel.fetchall()), key=repr)
+        out[name] = ([str(t) for t in rel.types], rows)
+    return out
+
+
+def view_sql(db: tracedb.TraceDB, name: str) -> str:
+    return db.connect().execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [name]).fetchall()[0][0]
+
+
+def mark_stale(wh: Path) -> None:
+    with Catalog(wh).writing() as con:
+        con.execute("UPDATE traces SET summaries_fingerprint = 'made-by-an-older-tracedb'")
+
+
+@pytest.fixture(scope="module")
+def wh(tmp_path_factory) -> Path:
+    """Real CUDA traces (v1, v2), the 2-rank fixture with NCCL, DeepEP and
+    gloo-free collectives, and the corpus' multi-rank NCCL trace."""
+    tmp = tmp_path_factory.mktemp("summaries")
+    runs = tmp / "runs"
+    write_ranks(runs, run="fx")
+    paths = [CUDA, runs]
+    nccl = CORPUS / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+    if nccl.exists():
+        paths.append(nccl)
+    wh = tmp / "wh"
+    db = tracedb.open(wh)
+    report = db.ingest(paths)
+    assert not report.failed
+    db.close()
+    return wh
+
+
+def test_views_read_summaries_and_match_the_events(wh: Path):
+    db = tracedb.open(wh)
+    assert Catalog.stale_summaries(db.connect()) == 0
+    for name in PER_TRACE:
+        assert "summaries/" in view_sql(db, name)
+    from_summaries = snapshot(db)
+    db.close()
+    assert from_summaries["overlap"][1] and from_summaries["comm_latency"][1]
+    assert from_summaries["regressions('v1', 'v2')"][1]
+
+    mark_stale(wh)  # the views fall back to their SQL over the events
+    db = tracedb.open(wh)
+    assert Catalog.stale_summaries(db.connect()) == db.connect().execute(
+        "SELECT count(*) FROM traces WHERE status = 'ok'").fetchall()[0][0]
+    for name in PER_TRACE:
+        assert "summaries/" not in view_sql(db, name)
+    from_events = snapshot(db)
+    assert from_events.keys() == from_summaries.keys()
+    for name in from_summaries:
+        assert from_events[name] == from_summaries[name], name
+
+    # migrate recomputes them, and the views read them again
+    traces = db.sql("SELECT count(*) FROM traces WHERE status = 'ok'").fetchall()[0][0]
+    assert db.rebuild_views() == traces
+    assert Catalog.stale_summaries(db.connect()) == 0
+    for name in PER_TRACE:
+        assert "summaries/" in view_sql(db, name)
+    assert snapshot(db) == from_summaries
+    db.close()
+
+
+def two_ranks(tmp_path: Path) -> tuple[Path, tracedb.TraceDB]:
+    """A warehouse of the 2-rank fixture (run fx)."""
+    write_ranks(tmp_path / "runs", run="fx")
+    wh = tmp_path / "wh"
+    db = tracedb.open(wh)
+    db.ingest([tmp_path / "runs"])
+    return wh, db
+
+
+def overlap_counts(db: tracedb.TraceDB) -> dict[int, tuple[int, int]]:
+    return {r[0]: r[1:] for r in db.sql(
+        "SELECT rank, comm_kernel_count, compute_kernel_count FROM overlap WHERE run = 'fx'").fetchall()}
+
+
+def test_comm_patterns_change_makes_summaries_stale_until_migrate(tmp_path: Path):
+    wh, db = two_ranks(tmp_path)
+    before = overlap_counts(db)
+    db.close()
+    # gemm kernels become "communication": a pattern for kernels that matches only them
+    (wh / "comm_patterns.csv").write_text("source,pattern,library,collective\nkernel,^gemm$,custom,allreduce\n")
+    # the next ingest's catalog sees the two older traces' summaries are stale, says so, and
+    # the views compute from the events (with the new patterns) meanwhile
+    write_ranks(tmp_path / "more", run="other", ranks=(0,))
+    res = CliRunner().invoke(main, ["-w", str(wh), "ingest", str(tmp_path / "more")])
+    assert res.exit_code == 0, res.output
+    assert ("2 trace(s) have summaries made by another tracedb or comm_patterns.csv: the marts compute "
+            "from the events (slower) until `tracedb migrate` recomputes them.") in res.stderr
+    db = tracedb.open(wh)
+    assert "summaries/" not in view_sql(db, "int_comm_ops")
+    computed = overlap_counts(db)
+    # two steps with one gemm each move from compute to comm; the default comm kernels no longer count
+    for rank, (comm, compute) in computed.items():
+        assert comm == 2 and compute == before[rank][1] - 2 + before[rank][0]
+    assert db.rebuild_views() == 2  # the two stale traces
+    assert "summaries/" in view_sql(db, "int_comm_ops")
+    assert overlap_counts(db) == computed
+    assert {r[0] for r in db.sql("SELECT DISTINCT library FROM collectives").fetchall()} == {"custom"}
+    db.close()
+
+
+def test_remove_and_check_know_the_summary_files(tmp_path: Path):
+    wh, db = two_ranks(tmp_path)
+    listed = [json.loads(s) for (s,) in db.sql("SELECT summaries FROM traces").fetchall()]
+    assert all(set(s) == PER_TRACE for s in listed)
+    files = [wh / rel for s in listed for rel in s.values()]
+    assert all(f.is_file() for f in files)
+    assert db.check().ok
+
+    files[0].unlink()
+    report = db.check()
+    assert [(p.kind, p.path) for p in report.problems] == [("missing_file", str(files[0]))]
+
+    assert db.remove("fx") == 2
+    assert not any(f.exists() for f in files)
+    assert not (wh / "summaries").exists() or not any(p.is_file() for p in (wh / "summaries").rglob("*"))
+    assert db.check().ok
+    db.close()

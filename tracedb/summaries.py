@@ -1,0 +1,118 @@
+"""Per-trace summaries: the heavy intermediate views, computed once per trace.
+
+A view of the library whose header says ``-- materialize: per trace`` has
+rows that each come from one trace file (the collectives, the summed kernel
+islands, operation sums and duration counts). At ingest, right after a
+trace's Parquet files are final, its summaries are computed by running the
+library's own SQL over that one trace, and written beside the events::
+
+    <warehouse>/summaries/<view>/run=<run>/rank=<rank>/phase=<phase>/<file_id>.parquet
+
+The catalog then defines each such view over these files instead of over the
+events (catalog.py), so the marts read thousands of rows, not 100M events.
+The events stay the source of truth: a summary is recomputed from them.
+
+A summary is only as good as the SQL and the settings that made it: its
+fingerprint hashes the SQL of the view and everything it requires, and the
+warehouse's ``comm_patterns.csv``. When any trace's fingerprint differs from
+the current one (tracedb was upgraded, comm_patterns.csv changed), the catalog
+falls back to computing the views from the events, which is right but slow,
+until ``tracedb migrate`` recomputes the stale summaries (``refresh``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+import duckdb
+
+from .errors import ViewError
+from .schema import SCHEMAS
+from .views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, raw_view_sql
+
+SUMMARY_DIR = "summaries"
+
+
+def per_trace(defs: list[ViewDef]) -> list[ViewDef]:
+    """The library's per-trace views, in dependency order."""
+    return [v for v in defs if v.per_trace]
+
+
+def requirements(defs: list[ViewDef], names: list[str]) -> list[ViewDef]:
+    """``names`` and every view they require, in dependency order."""
+    by_name = {v.name: v for v in defs}
+    needed: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += by_name[name].requires
+    return [v for v in defs if v.name in needed]
+
+
+def fingerprint(defs: list[ViewDef], warehouse: Path) -> str:
+    """What the summaries of this library and warehouse settings depend on."""
+    h = hashlib.sha256()
+    for v in requirements(defs, [v.name for v in per_trace(defs)]):
+        h.update(v.sql.encode())
+    patterns = warehouse / COMM_PATTERNS_CSV
+    h.update(patterns.read_bytes() if patterns.exists() else b"")
+    return h.hexdigest()[:16]
+
+
+def summary_path(warehouse: Path, view: str, run: str, rank: int, phase: str, file_id: str) -> Path:
+    return (warehouse / SUMMARY_DIR / view / f"run={run}" / f"rank={rank}" / f"phase={phase}"
+            / f"{file_id}.parquet")
+
+
+def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, *,
+            file_id: str, run: str, rank: int, phase: str, distributed_info: str | None,
+            threads: int = 1, memory_limit: str = "256MB") -> dict[str, Path]:
+    """Run the per-trace views over one trace's final Parquet files
+    (``tables``: table -> file) and write each to ``out_dir``; returns
+    view -> written file. ``distributed_info`` is the trace's (JSON text),
+    for the process groups."""
+    views = per_trace(defs)
+    con = duckdb.connect(config={"threads": threads, "memory_limit": memory_limit,
+                                 "temp_directory": str(out_dir / "spill")})
+    try:
+        for table in SCHEMAS:
+            files = [str(tables[table])] if table in tables else []
+            con.execute(raw_view_sql(table, files, partition=(run, rank, phase)))
+        # The one column of the catalog's traces table that the library reads.
+        con.execute(
+            "CREATE TABLE traces AS SELECT ? AS file_id, ? AS run, CAST(? AS BIGINT) AS rank, ? AS phase, "
+            "'ok' AS status, CAST(? AS JSON) AS distributed_info", [file_id, run, rank, phase, distributed_info]
+        )
+        load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
+        for v in requirements(defs, [v.name for v in views]):
+            try:
+                con.execute(v.sql)
+            except duckdb.Error as e:
+                raise ViewError(f"{v.path}: {e}") from None
+        out = {}
+        for v in views:
+            dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
+            con.execute(f"COPY (SELECT * FROM {v.name}) TO '{dst}' (FORMAT parquet, COMPRESSION zstd)")
+            out[v.name] = dst
+        return out
+    finally:
+        con.close()
+
+
+def publish(warehouse: Path, made: dict[str, Path], run: str, rank: int, phase: str,
+            file_id: str) -> dict[str, str]:
+    """Move computed summaries into place (``os.replace``: a reader sees the
+    old file or the new, never part of one); returns view -> path relative
+    to the warehouse."""
+    out = {}
+    for view, src in made.items():
+        dst = summary_path(warehouse, view, run, rank, phase, file_id)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+        out[view] = str(dst.relative_to(warehouse))
+    return out
