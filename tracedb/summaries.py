@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -34,6 +36,7 @@ from .schema import SCHEMAS
 from .views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, raw_view_sql
 
 SUMMARY_DIR = "summaries"
+_CREATE_VIEW_RE = re.compile(r"\bCREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)\s+AS", re.IGNORECASE)
 
 
 def per_trace(defs: list[ViewDef]) -> list[ViewDef]:
@@ -89,9 +92,16 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
             "'ok' AS status, CAST(? AS JSON) AS distributed_info", [file_id, run, rank, phase, distributed_info]
         )
         load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
-        for v in requirements(defs, [v.name for v in views]):
+        needed = requirements(defs, [v.name for v in views])
+        # Over one trace, a view read by two others (launch calls, steps, op
+        # steps) is computed once, as a table; the rest stay views.
+        readers = Counter(dep for v in needed for dep in v.requires)
+        for v in needed:
+            sql = v.sql
+            if v.kind == "view" and (readers[v.name] > 1 or v.per_trace):
+                sql = _CREATE_VIEW_RE.sub(r"CREATE TEMP TABLE \1 AS", sql, count=1)
             try:
-                con.execute(v.sql)
+                con.execute(sql)
             except duckdb.Error as e:
                 raise ViewError(f"{v.path}: {e}") from None
         out = {}
