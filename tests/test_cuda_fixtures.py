@@ -328,8 +328,6 @@ def test_collectives_fall_back_to_the_c10d_op(cuda_db, run):
         assert g["group_size"] == p["args"]["Group size"] == world == 1
 
 
-@pytest.mark.xfail(strict=True, reason="int_comm_ops takes a c10d op's dtype from its 'Input type' (TensorList),"
-                                       " not from the record_param_comms op nested in it (Float): msg_bytes NULL")
 def test_collectives_size_the_c10d_op_from_record_param_comms(cuda_db):
     got = rows(cuda_db, "SELECT dtype, msg_bytes FROM collectives WHERE run = 'v1' AND phase = 'train' ORDER BY ts_ns")
     want = [(p["args"]["dtype"], max(p["args"]["In msg nelems"], p["args"]["Out msg nelems"])

@@ -2,8 +2,9 @@
 -- collective kernel (NCCL/RCCL, DeepEP); on CPU-only traces the gloo:*
 -- annotation, else (trace files with neither) the c10d::* op. Message size
 -- from the kernel's args, else the record_param_comms op sharing its
--- External id, else (CPU) the recorded Input Dims and Input type; group size
--- from the same, else the trace's process groups.
+-- External id, else (c10d::* ops) the record_param_comms op inside them,
+-- else (CPU) the recorded Input Dims and Input type; group size from the
+-- same, else the trace's process groups.
 -- Grain: one row per communication op.
 -- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_calls, int_steps, stg_comm_args, stg_process_groups, dtype_sizes
 -- materialize: per trace
@@ -31,17 +32,34 @@ WITH kernels AS (
        AND p.external_id = coalesce(l.external_id, k.external_id) AND p.name = 'record_param_comms'
 ),
 cpu AS (
-    SELECT a.run, a.rank, a.phase, a.file_id, a.event_id, 'annotation' AS source, a.name, a.ts_ns, a.dur_ns, a.args
+    SELECT a.run, a.rank, a.phase, a.file_id, a.event_id, 'annotation' AS source, a.name, a.ts_ns, a.dur_ns,
+           a.pid, a.tid, a.args
     FROM stg_annotations a
     WHERE a.side = 'cpu'
     UNION ALL
-    SELECT o.run, o.rank, o.phase, o.file_id, o.event_id, 'cpu_op' AS source, o.name, o.ts_ns, o.dur_ns, o.args
+    SELECT o.run, o.rank, o.phase, o.file_id, o.event_id, 'cpu_op' AS source, o.name, o.ts_ns, o.dur_ns,
+           o.pid, o.tid, o.args
     FROM stg_cpu_ops o
 ),
+-- record_param_comms ops with their args: a c10d::* op holds one (same thread, inside its time)
+param_comms AS (
+    SELECT o.file_id, o.pid, o.tid, o.ts_ns, o.end_ns, p.in_msg_nelems, p.out_msg_nelems, p.dtype, p.group_size,
+           p.pg_name, p.pg_desc
+    FROM stg_cpu_ops o
+    JOIN stg_comm_args p ON p.file_id = o.file_id AND p.event_id = o.event_id
+    WHERE o.name = 'record_param_comms'
+),
 cpu_comm AS (
-    SELECT c.*, n.library, n.collective, n.name_collective, c.args -> '$."Input Dims"[0]' AS dims
+    SELECT
+        c.*, n.library, n.collective, n.name_collective, c.args -> '$."Input Dims"[0]' AS dims,
+        greatest(p.in_msg_nelems, p.out_msg_nelems) AS param_nelems, p.dtype AS param_dtype,
+        p.group_size AS param_group_size, p.pg_name AS param_pg_name, p.pg_desc AS param_pg_desc
     FROM cpu c
     JOIN int_comm_names n ON n.source = c.source AND n.name = c.name
+    LEFT JOIN param_comms p
+        ON c.source = 'cpu_op' AND p.file_id = c.file_id AND p.pid = c.pid AND p.tid = c.tid
+       AND p.ts_ns >= c.ts_ns AND p.end_ns <= c.ts_ns + c.dur_ns
+    QUALIFY row_number() OVER (PARTITION BY c.file_id, c.event_id ORDER BY p.ts_ns NULLS LAST) = 1
 ),
 cpu_ops AS (
     SELECT
@@ -49,13 +67,14 @@ cpu_ops AS (
         coalesce(c.collective, c.name_collective) AS raw_collective,
         c.ts_ns, c.dur_ns, NULL::BIGINT AS device, NULL::BIGINT AS stream,
         CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step,
-        -- one tensor: the product of its dims; a tensor list: the sum over its tensors
-        CASE WHEN json_type(c.dims -> '$[0]') = 'ARRAY'
+        -- the record_param_comms op inside, else the recorded input: one tensor,
+        -- the product of its dims; a tensor list, the sum over its tensors
+        coalesce(c.param_nelems, CASE WHEN json_type(c.dims -> '$[0]') = 'ARRAY'
              THEN CAST(list_sum(list_transform(TRY_CAST(c.dims AS BIGINT[][]), lambda d: list_product(d))) AS BIGINT)
              ELSE CAST(list_product(TRY_CAST(c.dims AS BIGINT[])) AS BIGINT)
-        END AS msg_nelems,
-        c.args ->> '$."Input type"[0]' AS dtype,
-        NULL::BIGINT AS group_size, NULL::VARCHAR AS pg_name, NULL::VARCHAR AS pg_desc
+        END) AS msg_nelems,
+        coalesce(c.param_dtype, c.args ->> '$."Input type"[0]') AS dtype,
+        c.param_group_size AS group_size, c.param_pg_name AS pg_name, c.param_pg_desc AS pg_desc
     FROM cpu_comm c
     ASOF LEFT JOIN int_steps s
         ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns
