@@ -154,6 +154,7 @@ class TraceWriter:
         # whatever the trace's size (DuckDB spills its sorts to disk).
         con = duckdb.connect(config={"threads": threads, "memory_limit": FINALIZE_MEMORY,
                                      "temp_directory": str(self.dir / "spill")})
+        con.execute("SET enable_progress_bar = false")  # it would draw on stderr
         try:
             for table in TABLES:
                 sources = self._sources(table)

@@ -80,8 +80,13 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
     view -> written file. ``distributed_info`` is the trace's (JSON text),
     for the process groups."""
     views = per_trace(defs)
-    con = duckdb.connect(config={"threads": threads, "memory_limit": memory_limit,
-                                 "temp_directory": str(out_dir / "spill")})
+    # A database file, not memory: the tables below are evicted to it when
+    # they outgrow memory_limit, so a trace of any size fits.
+    con = duckdb.connect(str(out_dir / "summaries.duckdb"),
+                         config={"threads": threads, "memory_limit": memory_limit,
+                                 "temp_directory": str(out_dir / "spill"),
+                                 "preserve_insertion_order": False})
+    con.execute("SET enable_progress_bar = false")  # it would draw on stderr
     try:
         for table in SCHEMAS:
             files = [str(tables[table])] if table in tables else []
@@ -93,13 +98,14 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
         )
         load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
         needed = requirements(defs, [v.name for v in views])
-        # Over one trace, a view read by two others (launch calls, steps, op
-        # steps) is computed once, as a table; the rest stay views.
+        # Over one trace, an intermediate view read by two others (launch
+        # calls, steps, op steps) is computed once, as a table; the rest stay
+        # views (staging views are filters, cheaper to re-read than to copy).
         readers = Counter(dep for v in needed for dep in v.requires)
         for v in needed:
             sql = v.sql
-            if v.kind == "view" and (readers[v.name] > 1 or v.per_trace):
-                sql = _CREATE_VIEW_RE.sub(r"CREATE TEMP TABLE \1 AS", sql, count=1)
+            if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
+                sql = _CREATE_VIEW_RE.sub(r"CREATE TABLE \1 AS", sql, count=1)
             try:
                 con.execute(sql)
             except duckdb.Error as e:
