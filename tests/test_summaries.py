@@ -154,7 +154,11 @@ def test_remove_and_check_know_the_summary_files(tmp_path: Path):
 
     files[0].unlink()
     report = db.check()
-    assert [(p.kind, p.path) for p in report.problems] == [("missing_file", str(files[0]))]
+    assert [(p.kind, p.path) for p in report.problems] == [("missing_summary", str(files[0]))]
+    report = db.check(repair=True)  # derived data: made again from the events, the trace stays
+    assert [p.repaired for p in report.problems] == ["recomputed from the events"]
+    assert files[0].is_file() and db.check().ok
+    assert db.sql("SELECT count(*) FROM traces").fetchall() == [(2,)]
 
     assert db.remove("fx") == 2
     assert not any(f.exists() for f in files)

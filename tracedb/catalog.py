@@ -318,17 +318,20 @@ class Catalog:
         current = summaries.fingerprint(defs, self.warehouse)
         with self.writing(on_wait) as con:
             rows = con.execute(
-                "SELECT file_id, run, rank, phase, files, distributed_info FROM traces WHERE status = 'ok' "
-                "AND summaries_fingerprint IS DISTINCT FROM ?", [current]
+                "SELECT file_id, run, rank, phase, files, distributed_info, source_path FROM traces "
+                "WHERE status = 'ok' AND summaries_fingerprint IS DISTINCT FROM ?", [current]
             ).fetchall()
-            for file_id, run, rank, phase, listed, info in rows:
+            for file_id, run, rank, phase, listed, info, source in rows:
                 tables = {t: self.warehouse / rel for t, rel in json.loads(listed or "{}").items()}
                 work = self.warehouse / STAGING / f"summaries.{file_id}.{os.getpid()}"
-                work.mkdir(parents=True, exist_ok=True)
                 try:
+                    work.mkdir(parents=True, exist_ok=True)
                     made = summaries.compute(self.warehouse, defs, tables, work, file_id=file_id, run=run,
                                              rank=rank, phase=phase, distributed_info=info)
                     done = summaries.publish(self.warehouse, made, run, rank, phase, file_id)
+                except (duckdb.Error, OSError) as e:
+                    why = getattr(e, "strerror", None) or str(e).splitlines()[0]
+                    raise WarehouseError(f"{source}: cannot summarize trace {file_id}: {why}") from None
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
                 con.execute(

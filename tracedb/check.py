@@ -2,10 +2,10 @@
 
 Checks, with no ingest running (the ingest lock is held exclusively):
 
-- every Parquet file under events/, flows/, counters/ belongs to a trace
+- every Parquet file under events/, flows/, counters/, summaries/ belongs to a trace
   registered in ``traces`` (else: an orphan, left by a crashed ingest;
   invisible to queries, since the raw views list registered files only);
-- every registered trace's files exist and hold its row counts
+- every registered trace's files (and summaries) exist and hold its row counts
   (``event_count``, ``flow_count``, ``counter_count``; read from the Parquet
   footers, so the check is cheap);
 - nothing is left in ``.staging`` and no temporary catalog copy
@@ -13,7 +13,8 @@ Checks, with no ingest running (the ingest lock is held exclusively):
 
 Repair removes orphans and leftovers, never registered data; a registered
 trace whose files are missing or wrong loses its row in ``traces`` (and its
-remaining files), so that the next ingest of its file redoes it.
+remaining files), so that the next ingest of its file redoes it. A missing
+per-trace summary (summaries.py) is recomputed from the trace's events.
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ COUNT_COLUMNS = {"events": "event_count", "flows": "flow_count", "counters": "co
 
 @dataclass
 class Problem:
-    """One thing wrong. ``kind``: orphan_file, missing_file, row_count,
+    """One thing wrong. ``kind``: orphan_file, missing_file, missing_summary, row_count,
     unreadable_file, staging_leftover or temp_catalog."""
 
     kind: str
     path: str
     detail: str
-    file_id: str | None = None
+    file_id: str | None = None  # a registered trace that is broken (repair unregisters it)
+    summary_of: str | None = None  # a trace whose summaries to recompute (missing_summary)
     repaired: str | None = None  # what --repair did about it
 
     def __str__(self) -> str:
@@ -99,7 +101,8 @@ def _check_trace(warehouse: Path, row: tuple, problems: list[Problem]) -> set[Pa
         path = warehouse / rel
         paths.add(path)
         if not path.is_file():
-            problems.append(Problem("missing_file", str(path), f"summary {view} of {source} is missing", file_id))
+            problems.append(Problem("missing_summary", str(path), f"summary {view} of {source} is missing",
+                                    summary_of=file_id))
     for table, column in COUNT_COLUMNS.items():
         expected = counts[list(COUNT_COLUMNS).index(table)] or 0
         rel = listed.get(table)
@@ -176,9 +179,18 @@ def _repair(warehouse: Path, catalog: Catalog, problems: list[Problem],
                 p.repaired = "removed"
     # Broken traces leave the live catalog first; their files go with them.
     unregister(warehouse, sorted({p.file_id for p in problems if p.file_id}), on_wait)
+    # A lost summary is derived data: made again from the trace's events.
+    resummarize = sorted({p.summary_of for p in problems if p.summary_of})
+    if resummarize:
+        with catalog.writing(on_wait) as con:
+            con.execute("UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)",
+                        [resummarize])
+        catalog.refresh_summaries(on_wait)
     for p in problems:
         if p.file_id:
             p.repaired = "trace unregistered: ingest its file again to redo it"
+        elif p.summary_of:
+            p.repaired = "recomputed from the events"
         elif p.kind == "orphan_file":
             Path(p.path).unlink(missing_ok=True)
             p.repaired = "removed"
