@@ -15,7 +15,6 @@ WITH islands AS (
             PARTITION BY run, rank, phase, file_id, device, scope, stream ORDER BY island
         ) - end_ns AS gap_after_ns
     FROM int_gpu_islands
-    WHERE NOT by_step AND scope IN ('stream', 'device')
 ),
 per_file AS (
     SELECT
