@@ -30,6 +30,10 @@ from .schema import SCHEMAS, TABLES
 
 STAGING = ".staging"
 FINALIZE_MEMORY = "256MB"
+# One thread: split across threads, 256MB no longer holds the self-time
+# join's hash table (one row per parent slice) of a 4 GiB trace; the join
+# spills, and DuckDB's memory outside memory_limit grows with what spills.
+FINALIZE_THREADS = 1
 
 
 def partition_dir(warehouse: Path, table: str, run: str, rank: int, phase: str) -> Path:
@@ -150,9 +154,10 @@ class TraceWriter:
     def finalize(self, shift_ns: int, threads: int = 1) -> None:
         """One DuckDB pass per table: file_id, absolute times, self_ns."""
         self.close_staged()
-        # 256MB: with the interpreter, the whole ingest stays under 600 MB
-        # whatever the trace's size (DuckDB spills its sorts to disk).
-        con = duckdb.connect(config={"threads": threads, "memory_limit": FINALIZE_MEMORY,
+        # 256MB, one thread: ingest of a 4 GiB trace peaks at ~550 MB (2 threads:
+        # ~660 MB, slower). Still grows a little with the trace (~560 MB for
+        # finalize alone at 8 GiB): the join's table and the sort runs.
+        con = duckdb.connect(config={"threads": min(threads, FINALIZE_THREADS), "memory_limit": FINALIZE_MEMORY,
                                      "temp_directory": str(self.dir / "spill")})
         con.execute("SET enable_progress_bar = false")  # it would draw on stderr
         try:
