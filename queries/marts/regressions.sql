@@ -14,7 +14,7 @@
 -- param target: the run compared (--run)
 -- param min_change_pct: smallest change flagged slower or faster, percent (default 10)
 -- param noise_z: standard errors of the difference the change must exceed (default 3)
--- requires: int_op_step_sums, int_op_stats
+-- requires: int_op_step_sums, int_op_percentiles
 -- order by: abs(delta_per_step_us) DESC NULLS LAST, kind, name
 CREATE OR REPLACE MACRO regressions(base, target, min_change_pct := 10, noise_z := 3) AS TABLE
 WITH per_sample AS (
@@ -39,7 +39,7 @@ per_name AS (
 ),
 medians AS (
     SELECT run, phase, kind, name, p50_ns
-    FROM int_op_stats
+    FROM int_op_percentiles
     WHERE grain = 'compare' AND (run = base OR run = target)
 ),
 sides AS (

@@ -1,0 +1,59 @@
+-- Exact duration percentiles of every timed operation, read from the
+-- per-trace duration counts (int_op_dur_counts), not the events: linear
+-- interpolation between the closest ranks, as quantile_cont computes them.
+-- Three grains: over all ranks ('run'), per rank ('rank'), and over all ranks
+-- with every ProfilerStep#N as one name, ProfilerStep#* ('compare').
+-- Grain: one row per grain, run, rank (grain 'rank'; else NULL), phase, kind and name.
+-- requires: int_op_dur_counts
+CREATE OR REPLACE VIEW int_op_percentiles AS
+WITH grains AS (
+    SELECT * FROM (VALUES ('run'), ('rank'), ('compare')) AS t(grain)
+),
+counts AS (
+    SELECT
+        g.grain, c.run, CASE WHEN g.grain = 'rank' THEN c.rank END AS grain_rank, c.phase, c.kind,
+        CASE WHEN g.grain = 'compare' AND c.kind = 'annotation' AND regexp_matches(c.name, '^ProfilerStep#[0-9]+$')
+             THEN 'ProfilerStep#*' ELSE c.name END AS op_name,
+        c.dur_ns,
+        CAST(sum(c.calls) AS BIGINT) AS calls
+    FROM int_op_dur_counts c CROSS JOIN grains g
+    GROUP BY ALL
+),
+cumulative AS (
+    SELECT
+        *,
+        CAST(sum(calls) OVER (PARTITION BY grain, run, grain_rank, phase, kind, op_name ORDER BY dur_ns
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS below,
+        CAST(sum(calls) OVER (PARTITION BY grain, run, grain_rank, phase, kind, op_name) AS BIGINT) AS total
+    FROM counts
+),
+-- The durations at the 0-based positions floor(q (n - 1)) and ceil(q (n - 1))
+-- of the sorted executions: the smallest with more executions at or below it
+-- than the position.
+closest AS (
+    SELECT
+        grain, run, grain_rank, phase, kind, op_name,
+        any_value(total) AS n,
+        min(dur_ns) FILTER (WHERE below > floor(0.5 * (total - 1))) AS p50_lo,
+        min(dur_ns) FILTER (WHERE below > ceil(0.5 * (total - 1))) AS p50_hi,
+        min(dur_ns) FILTER (WHERE below > floor(0.95 * (total - 1))) AS p95_lo,
+        min(dur_ns) FILTER (WHERE below > ceil(0.95 * (total - 1))) AS p95_hi
+    FROM cumulative
+    GROUP BY grain, run, grain_rank, phase, kind, op_name
+)
+SELECT
+    -- run (all ranks), rank (one rank) or compare (all ranks, steps as ProfilerStep#*).
+    grain,
+    run,
+    -- Rank (grain 'rank'); NULL otherwise.
+    grain_rank AS rank,
+    phase,
+    -- kernel, cpu_op or annotation.
+    kind,
+    -- Kernel, op or annotation name.
+    op_name AS name,
+    -- Median duration (linear interpolation), nanoseconds.
+    p50_lo + (0.5 * (n - 1) - floor(0.5 * (n - 1))) * (p50_hi - p50_lo) AS p50_ns,
+    -- 95th percentile duration (linear interpolation), nanoseconds.
+    p95_lo + (0.95 * (n - 1) - floor(0.95 * (n - 1))) * (p95_hi - p95_lo) AS p95_ns
+FROM closest;
