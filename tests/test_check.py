@@ -120,3 +120,16 @@ def test_check_of_no_warehouse_is_an_error(tmp_path: Path):
     res = _cli(tmp_path / "nothing")
     assert res.exit_code == 1
     assert res.output == f"Error: no tracedb warehouse at {tmp_path / 'nothing'}\n"
+
+
+def test_copies_of_one_trace_in_one_ingest_leave_no_orphans(tmp_path: Path):
+    # the same content under two phases (HTA's corpus has such copies): one trace,
+    # and the copy's published files go rather than stay as orphans
+    a = write_trace(tmp_path / "runs" / "v1" / "eval" / "rank0.json", _events(4))
+    (tmp_path / "runs" / "v1" / "train").mkdir()
+    shutil.copy(a, tmp_path / "runs" / "v1" / "train" / "rank0.json")
+    db = tracedb.open(tmp_path / "wh")
+    db.ingest([tmp_path / "runs"], jobs=1)
+    assert db.sql("SELECT count(*) FROM traces").fetchall() == [(1,)]
+    report = db.check()
+    assert report.problems == [] and report.file_count == 3 + 4  # events, flows, counters; 4 summaries

@@ -302,6 +302,7 @@ def _register(catalog: Catalog, results: list[FileResult],
     rows = [r.row for r in results if r.row is not None]
     if not rows:
         return
+    redundant: list[str] = []
     with catalog.writing(on_wait) as con:
         cols = [c for (c,) in con.execute(
             "SELECT column_name FROM duckdb_columns() WHERE table_name = 'traces' ORDER BY column_index"
@@ -309,10 +310,13 @@ def _register(catalog: Catalog, results: list[FileResult],
         placeholders = ", ".join("?" for _ in cols)
         for row in rows:
             if row["status"] == "ok":
-                exists = con.execute(
-                    "SELECT 1 FROM traces WHERE file_id = ? AND status = 'ok'", [row["file_id"]]
-                ).fetchone()
-                if exists:  # a concurrent ingest registered the same content
+                kept = con.execute(
+                    "SELECT files, summaries FROM traces WHERE file_id = ? AND status = 'ok'", [row["file_id"]]
+                ).fetchall()
+                if kept:  # the same content is registered: a copy of the file, or a concurrent ingest
+                    keep = set(trace_files(*kept[0]))
+                    redundant += [rel for rel in trace_files(row.get("files"), row.get("summaries"))
+                                  if rel not in keep]
                     continue
             # A file that failed before and ingests (or fails) now replaces its old row.
             con.execute(
@@ -322,6 +326,10 @@ def _register(catalog: Catalog, results: list[FileResult],
                 f"INSERT INTO traces ({', '.join(cols)}) VALUES ({placeholders})",
                 [row.get(c) for c in cols],
             )
+    # A copy published under another run/rank/phase than the registered one
+    # would be an orphan: it goes once the catalog no longer could list it.
+    for rel in redundant:
+        (catalog.warehouse / rel).unlink(missing_ok=True)
 
 
 def run_ingest(warehouse: Path, files: list[TraceFile], jobs: int = 1,
