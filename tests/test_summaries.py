@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from click.testing import CliRunner
@@ -165,3 +166,21 @@ def test_remove_and_check_know_the_summary_files(tmp_path: Path):
     assert not (wh / "summaries").exists() or not any(p.is_file() for p in (wh / "summaries").rglob("*"))
     assert db.check().ok
     db.close()
+
+
+def test_running_out_of_memory_is_the_traces_failure_not_the_librarys(tmp_path: Path):
+    # an error while computing (here: no memory at all) is a duckdb error that
+    # fails this one file; only SQL that does not bind is a ViewError
+    from tracedb import summaries
+    from tracedb.catalog import resource_dir
+    from tracedb.views import load_view_files
+
+    wh, db = two_ranks(tmp_path)
+    file_id, files = db.sql("SELECT file_id, files FROM traces ORDER BY rank LIMIT 1").fetchall()[0]
+    db.close()
+    tables = {t: wh / rel for t, rel in json.loads(files).items()}
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(duckdb.OutOfMemoryException):
+        summaries.compute(wh, load_view_files(resource_dir("queries")), tables, out, file_id=file_id, run="fx",
+                          rank=0, phase="default", distributed_info=None, threads=2, memory_limit="1KB")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -36,7 +35,6 @@ from .schema import SCHEMAS
 from .views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, raw_view_sql
 
 SUMMARY_DIR = "summaries"
-_CREATE_VIEW_RE = re.compile(r"\bCREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)\s+AS", re.IGNORECASE)
 
 
 def per_trace(defs: list[ViewDef]) -> list[ViewDef]:
@@ -78,7 +76,24 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
     """Run the per-trace views over one trace's final Parquet files
     (``tables``: table -> file) and write each to ``out_dir``; returns
     view -> written file. ``distributed_info`` is the trace's (JSON text),
-    for the process groups."""
+    for the process groups. Raises ViewError when the library's SQL does not
+    bind, duckdb.Error when running it fails on this trace."""
+    trace = dict(file_id=file_id, run=run, rank=rank, phase=phase, distributed_info=distributed_info)
+    try:
+        return _compute(warehouse, defs, tables, out_dir, trace, threads, memory_limit)
+    except duckdb.OutOfMemoryException:
+        if threads == 1:
+            raise
+    # Each thread holds its own share of memory_limit: on a large trace two
+    # can run short where one fits (seen on a 4.5M-event trace, now and then).
+    for stale in out_dir.glob("summaries.duckdb*"):
+        stale.unlink()
+    return _compute(warehouse, defs, tables, out_dir, trace, 1, memory_limit)
+
+
+def _compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, trace: dict,
+             threads: int, memory_limit: str) -> dict[str, Path]:
+    run, rank, phase = trace["run"], trace["rank"], trace["phase"]
     views = per_trace(defs)
     # A database file, not memory: the tables below are evicted to it when
     # they outgrow memory_limit, so a trace of any size fits.
@@ -94,7 +109,8 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
         # The one column of the catalog's traces table that the library reads.
         con.execute(
             "CREATE TABLE traces AS SELECT ? AS file_id, ? AS run, CAST(? AS BIGINT) AS rank, ? AS phase, "
-            "'ok' AS status, CAST(? AS JSON) AS distributed_info", [file_id, run, rank, phase, distributed_info]
+            "'ok' AS status, CAST(? AS JSON) AS distributed_info",
+            [trace["file_id"], run, rank, phase, trace["distributed_info"]]
         )
         load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
         needed = requirements(defs, [v.name for v in views])
@@ -103,13 +119,15 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
         # views (staging views are filters, cheaper to re-read than to copy).
         readers = Counter(dep for v in needed for dep in v.requires)
         for v in needed:
-            sql = v.sql
-            if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
-                sql = _CREATE_VIEW_RE.sub(r"CREATE TABLE \1 AS", sql, count=1)
             try:
-                con.execute(sql)
+                con.execute(v.sql)
             except duckdb.Error as e:
                 raise ViewError(f"{v.path}: {e}") from None
+            if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
+                # computed here: an error now is this trace's, not the SQL's
+                con.execute(f"CREATE TABLE {v.name}_t AS SELECT * FROM {v.name}")
+                con.execute(f"DROP VIEW {v.name}")
+                con.execute(f"ALTER TABLE {v.name}_t RENAME TO {v.name}")
         out = {}
         for v in views:
             dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
