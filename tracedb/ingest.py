@@ -234,6 +234,9 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, threads=threads)
         defs = load_view_files(resource_dir("queries"))
+        # Taken before computing: if comm_patterns.csv changes meanwhile, the
+        # summaries read as stale (recomputed), never as current.
+        fingerprint = summaries.fingerprint(defs, warehouse)
         made = summaries.compute(
             warehouse, defs, writer.final, writer.dir, file_id=file_id, run=tf.run, rank=tf.rank, phase=tf.phase,
             distributed_info=json.dumps(meta.distributed_info) if meta.distributed_info is not None else None,
@@ -261,7 +264,7 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
     result.seconds = time.perf_counter() - t0
     result.row = _row(tf, file_id, "ok", None, meta, files, result.seconds)
     result.row["summaries"] = json.dumps(summary_files)
-    result.row["summaries_fingerprint"] = summaries.fingerprint(defs, warehouse)
+    result.row["summaries_fingerprint"] = fingerprint
     return result
 
 
