@@ -268,12 +268,14 @@ def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] |
     if not files:
         select = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in cols)
         return f"CREATE OR REPLACE VIEW {table} AS SELECT {select} LIMIT 0"
-    exprs = ", ".join(f"CAST({n} AS JSON) AS {n}" if t == "JSON" else n for n, t in cols)
-    file_list = ", ".join(_quote(f) for f in files)
+    given: dict[str, str] = {}
     if partition is not None:
         run, rank, phase = partition
-        exprs = exprs.replace("run, rank, phase,", f"{_quote(run)} AS run, CAST({int(rank)} AS BIGINT) AS rank, "
-                              f"{_quote(phase)} AS phase,", 1)
+        given = {"run": _quote(run), "rank": f"CAST({int(rank)} AS BIGINT)", "phase": _quote(phase)}
+    exprs = ", ".join(f"{given[n]} AS {n}" if n in given else f"CAST({n} AS JSON) AS {n}" if t == "JSON" else n
+                      for n, t in cols)
+    file_list = ", ".join(_quote(f) for f in files)
+    if partition is not None:
         return f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}])"
     return (
         f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}], "
