@@ -12,9 +12,10 @@ SELECT
     kind,
     -- Kernel, op or annotation name.
     name,
+    compare_name,
     -- Duration, nanoseconds.
     dur_ns,
     -- Executions that took exactly dur_ns.
     count(*) AS calls
 FROM int_op_steps
-GROUP BY run, rank, phase, file_id, kind, name, dur_ns;
+GROUP BY run, rank, phase, file_id, kind, name, compare_name, dur_ns;

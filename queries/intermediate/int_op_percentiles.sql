@@ -12,8 +12,7 @@ WITH grains AS (
 counts AS (
     SELECT
         g.grain, c.run, CASE WHEN g.grain = 'rank' THEN c.rank END AS grain_rank, c.phase, c.kind,
-        CASE WHEN g.grain = 'compare' AND c.kind = 'annotation' AND regexp_matches(c.name, '^ProfilerStep#[0-9]+$')
-             THEN 'ProfilerStep#*' ELSE c.name END AS op_name,
+        CASE WHEN g.grain = 'compare' THEN c.compare_name ELSE c.name END AS op_name,
         c.dur_ns,
         CAST(sum(c.calls) AS BIGINT) AS calls
     FROM int_op_dur_counts c CROSS JOIN grains g

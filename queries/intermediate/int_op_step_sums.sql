@@ -13,6 +13,7 @@ SELECT
     kind,
     -- Kernel, op or annotation name.
     name,
+    compare_name,
     -- Executions.
     count(*) AS calls,
     -- Summed duration, nanoseconds.
@@ -22,4 +23,4 @@ SELECT
     -- Longest duration, nanoseconds.
     max(dur_ns) AS max_ns
 FROM int_op_steps
-GROUP BY run, rank, phase, file_id, step, kind, name;
+GROUP BY run, rank, phase, file_id, step, kind, name, compare_name;

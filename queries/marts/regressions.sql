@@ -19,10 +19,7 @@
 CREATE OR REPLACE MACRO regressions(base, target, min_change_pct := 10, noise_z := 3) AS TABLE
 WITH per_sample AS (
     SELECT
-        run, phase, kind,
-        CASE WHEN kind = 'annotation' AND regexp_matches(name, '^ProfilerStep#[0-9]+$')
-             THEN 'ProfilerStep#*' ELSE name END AS name,
-        rank, file_id, step, sum(calls) AS calls, sum(total_ns) AS ns
+        run, phase, kind, compare_name AS name, rank, file_id, step, sum(calls) AS calls, sum(total_ns) AS ns
     FROM int_op_step_sums
     WHERE run = base OR run = target
     GROUP BY ALL
