@@ -14,7 +14,7 @@ import pytest
 
 import tracedb
 from conftest import corpus_file
-from tracedb.chunked import NotSplittable, SplitParser
+from tracedb.chunked import NotSplittable, SplitParser, _is_time_value
 from tracedb.parse import TraceParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +119,21 @@ def test_fractional_times_are_exact(tmp_path):
     assert got["k5"] == 1712195495519695700
     assert got["k6"] == 1712195495519695800
     assert got["k7"] == 12346  # 12345.6 ns, rounded half-even like the streaming parser
+
+
+def test_only_times_with_four_decimals_need_decimals():
+    """A number with 4+ decimals sends a piece to the Decimal path only when
+    it is a "ts" or "dur" value (args' floats and names do not)."""
+    def at_dot(text: bytes) -> bool:
+        return _is_time_value(text, text.rindex(b"."))
+
+    assert at_dot(b'{"ts": 12.3456}')
+    assert at_dot(b'{"dur" :\n  -7.00005}')
+    assert at_dot(b'"ts":1.00001')
+    assert not at_dot(b'{"memory bandwidth (GB/s)": 12.3456}')
+    assert not at_dot(b'{"name": "v1.2345"}')
+    assert not at_dot(b'{"ats": 12.3456}')
+    assert not at_dot(b'.1234')
 
 
 def test_begin_end_pairs_take_the_streaming_path(tmp_path):

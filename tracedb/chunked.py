@@ -62,8 +62,11 @@ _TWO43 = float(1 << 43)
 _TWO53 = float(1 << 53)
 _TIME_LIMIT_NS = 1 << 62  # parse.py reads times past this as NULL (and says so)
 
-# A timestamp or duration the double path cannot carry exactly.
-_FINE_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d+\.\d{4}')
+# A number with 4+ decimals (fast to find); _is_time_value then says whether
+# it is a timestamp or duration, which the double path cannot carry exactly.
+_FINE_FRACTION_RE = re.compile(rb"\.\d{4}")
+_DIGITS = frozenset(b"0123456789")
+_SPACE = frozenset(b" \t\r\n")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[(\s*)\{')
 _NONE = type(None)
 _EMPTY: dict = {}
@@ -306,8 +309,27 @@ class _TimeCheck:
     def __call__(self) -> None:
         if not self.done:
             self.done = True
-            if _FINE_TIME_RE.search(self.data):
-                raise InexactTime
+            for m in _FINE_FRACTION_RE.finditer(self.data):
+                if _is_time_value(self.data, m.start()):
+                    raise InexactTime
+
+
+def _is_time_value(data: bytes, dot: int) -> bool:
+    """Whether the number whose decimal point is at ``data[dot]`` is the
+    value of a "ts" or "dur" key (read backwards: digits, sign, colon, key)."""
+    j = dot
+    while j and data[j - 1] in _DIGITS:
+        j -= 1
+    if j and data[j - 1] == 0x2D:  # -
+        j -= 1
+    while j and data[j - 1] in _SPACE:
+        j -= 1
+    if not j or data[j - 1] != 0x3A:  # :
+        return False
+    j -= 1
+    while j and data[j - 1] in _SPACE:
+        j -= 1
+    return data.endswith(b'"ts"', 0, j) or data.endswith(b'"dur"', 0, j)
 
 
 def _nulls(n: int, typ: pa.DataType) -> pa.Array:

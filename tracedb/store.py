@@ -5,9 +5,11 @@ Layout (the contract BI users see)::
     <warehouse>/<table>/run=<run>/rank=<rank>/phase=<phase>/<file_id>.parquet
 
 Batches stream into a private staging folder (``<warehouse>/.staging/``).
-``finalize`` then makes each table's final file in one DuckDB pass over the
-staged one: it adds ``file_id``, shifts times by ``baseTimeNanoseconds``
-(known only once the whole trace is read) and computes ``self_ns``.
+``finalize`` then makes each table's final file in one streaming pass over
+the staged rows, in event_id order: it adds ``file_id``, shifts times by
+``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
+``self_ns`` (the children's time comes from DuckDB, sorted by parent, and is
+matched to the rows as both go by: no join, no sort of the whole table).
 ``publish`` moves the final files into their partitions with ``os.replace``.
 A file in a partition is visible to queries only once the catalog lists it
 (see catalog.py), so a crash at any point leaves nothing half-visible.
@@ -19,10 +21,13 @@ import heapq
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import WarehouseError
@@ -30,9 +35,8 @@ from .schema import SCHEMAS, TABLES
 
 STAGING = ".staging"
 FINALIZE_MEMORY = "256MB"
-# One thread: split across threads, 256MB no longer holds the self-time
-# join's hash table (one row per parent slice) of a 4 GiB trace; the join
-# spills, and DuckDB's memory outside memory_limit grows with what spills.
+# One thread per connection: DuckDB's sorts here are external, and a thread
+# of its own would take its own share of memory, not speed.
 FINALIZE_THREADS = 1
 
 
@@ -95,6 +99,122 @@ def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path) -> None:
                                               schema=_PAIR_SCHEMA))
 
 
+def _final_schema(table: str) -> pa.Schema:
+    """A table as published: file_id first; events also carry self_ns."""
+    fields = [pa.field("file_id", pa.string())]
+    for f in SCHEMAS[table]:
+        fields.append(f)
+        if table == "events" and f.name == "dur_ns":
+            fields.append(pa.field("self_ns", pa.int64()))
+    return pa.schema(fields)
+
+
+FINAL_SCHEMAS = {table: _final_schema(table) for table in TABLES}
+FINAL_ROW_GROUP = 122_880
+
+
+def _encodings(schema: pa.Schema) -> dict:
+    """Delta encoding for the integer columns (ids and times rise, durations
+    are small), dictionaries for the rest: a third smaller than dictionaries
+    everywhere, and faster to write."""
+    ints = [f.name for f in schema if f.type == pa.int64()]
+    return dict(use_dictionary=[f.name for f in schema if f.name not in ints],
+                column_encoding={name: "DELTA_BINARY_PACKED" for name in ints})
+
+
+def _sql_list(paths: list[Path]) -> str:
+    return "[" + ", ".join(_sql_str(p) for p in paths) + "]"
+
+
+def _in_event_order(con: duckdb.DuckDBPyConnection, sources: list[Path],
+                    parts_only: bool) -> Iterator[pa.RecordBatch]:
+    """A table's staged rows in event_id order. Pieces (chunked.py) cover
+    consecutive event_id ranges, in part order: each is sorted on its own.
+    The streaming parser's file (a B/E pair is written at its E) takes an
+    external sort."""
+    if parts_only:
+        for part in sources:
+            yield from pq.read_table(part).sort_by("event_id").to_batches()
+    else:
+        yield from con.sql(f"SELECT * FROM read_parquet({_sql_list(sources)}) ORDER BY event_id"
+                           ).to_arrow_reader(1 << 16)
+
+
+class _Children:
+    """Summed child time per parent event_id, read in parent_id order
+    alongside events read in event_id order: memory is one window."""
+
+    def __init__(self, reader: pa.RecordBatchReader):
+        self._reader = reader
+        self._ids = pa.array([], pa.int64())
+        self._ns = pa.array([], pa.int64())
+        self._done = False
+
+    def take(self, event_ids: pa.Array) -> pa.Array:
+        """Child time of each of ``event_ids`` (ascending, and above any
+        asked before); NULL where an event has no children."""
+        if len(event_ids) == 0:
+            return pa.nulls(0, pa.int64())
+        hi = pc.max(event_ids).as_py()
+        while not self._done and (len(self._ids) == 0 or self._ids[-1].as_py() <= hi):
+            try:
+                b = self._reader.read_next_batch()
+            except StopIteration:
+                self._done = True
+                break
+            self._ids = pa.concat_arrays([self._ids, b.column(0)])
+            self._ns = pa.concat_arrays([self._ns, b.column(1)])
+        upto = pc.sum(pc.less_equal(self._ids, hi)).as_py() or 0
+        ids, ns = self._ids.slice(0, upto), self._ns.slice(0, upto)
+        self._ids, self._ns = self._ids.slice(upto), self._ns.slice(upto)
+        return pc.take(ns, pc.index_in(event_ids, value_set=ids))
+
+
+def _final_batch(batch: pa.RecordBatch, schema: pa.Schema, file_id: str, shift_ns: int,
+                 children: _Children | None) -> pa.RecordBatch:
+    n = batch.num_rows
+    arrays = []
+    for f in schema:
+        if f.name == "file_id":
+            arr = pa.array([file_id] * n, pa.string())
+        elif f.name == "self_ns":
+            dur = batch.column("dur_ns")
+            child = children.take(batch.column("event_id")) if children is not None else pa.nulls(n, pa.int64())
+            is_slice = pc.and_(pc.equal(batch.column("ph"), "X"), pc.greater_equal(dur, 0))
+            arr = pc.if_else(is_slice, pc.subtract_checked(dur, pc.coalesce(child, 0)), pa.nulls(n, pa.int64()))
+        elif f.name == "ts_ns":
+            arr = pc.add_checked(batch.column("ts_ns"), int(shift_ns))
+        else:
+            arr = batch.column(f.name)
+        arrays.append(arr if arr.type == f.type else arr.cast(f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class _RowGroups:
+    """Batches into row groups of ``size`` rows."""
+
+    def __init__(self, writer: pq.ParquetWriter, size: int):
+        self._writer = writer
+        self._size = size
+        self._batches: list[pa.RecordBatch] = []
+        self._rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self._batches.append(batch)
+        self._rows += batch.num_rows
+        if self._rows >= self._size:
+            table = pa.Table.from_batches(self._batches)
+            full = self._rows - self._rows % self._size
+            self._writer.write_table(table.slice(0, full), row_group_size=self._size)
+            rest = table.slice(full)
+            self._batches, self._rows = rest.to_batches(), rest.num_rows
+
+    def flush(self) -> None:
+        if self._rows:
+            self._writer.write_table(pa.Table.from_batches(self._batches), row_group_size=self._size)
+        self._batches, self._rows = [], 0
+
+
 def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
     """One line: pyarrow's messages are long, its errno is the point."""
     why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
@@ -152,55 +272,52 @@ class TraceWriter:
             self._writers.clear()
 
     def finalize(self, shift_ns: int, threads: int = 1) -> None:
-        """One DuckDB pass per table: file_id, absolute times, self_ns."""
+        """Each table's final file: file_id, absolute times, self_ns, rows
+        in event_id order. One streaming pass per table, the small tables on
+        a second thread while the events' self times are computed."""
         self.close_staged()
-        # 256MB, one thread: ingest of a 4 GiB trace peaks at ~550 MB (2 threads:
-        # ~660 MB, slower). Still grows a little with the trace (~560 MB for
-        # finalize alone at 8 GiB): the join's table and the sort runs.
-        con = duckdb.connect(config={"threads": min(threads, FINALIZE_THREADS), "memory_limit": FINALIZE_MEMORY,
-                                     "temp_directory": str(self.dir / "spill")})
-        con.execute("SET enable_progress_bar = false")  # it would draw on stderr
+        tables = [t for t in TABLES if self._sources(t)]
         try:
-            for table in TABLES:
-                sources = self._sources(table)
-                if not sources:
-                    continue
-                src = "[" + ", ".join(_sql_str(p) for p in sources) + "]"
-                dst = self.dir / f"{table}.parquet"
-                names = SCHEMAS[table].names
-                cols = []
-                for n in names:
-                    if n == "ts_ns":
-                        cols.append(f"staged.ts_ns + {int(shift_ns)} AS ts_ns")
-                    else:
-                        cols.append(f"staged.{n}")
-                    if table == "events" and n == "dur_ns":
-                        cols.append(
-                            "CASE WHEN staged.ph = 'X' AND staged.dur_ns >= 0 "
-                            "THEN CAST(staged.dur_ns - coalesce(children.child_ns, 0) AS BIGINT) END AS self_ns"
-                        )
-                select = ",\n  ".join([f"{_sql_str(self.file_id)} AS file_id", *cols])
-                if table == "events":
-                    pairs = self.dir / "child_pairs.parquet"
-                    _child_pairs(con, src, pairs)
-                    sql = (
-                        f"COPY (WITH staged AS (SELECT * FROM read_parquet({src})), "
-                        f"children AS (SELECT parent_id, CAST(sum(dur_ns) AS BIGINT) AS child_ns "
-                        f"FROM read_parquet({_sql_str(pairs)}) GROUP BY parent_id) "
-                        f"SELECT {select} FROM staged "
-                        f"LEFT JOIN children ON children.parent_id = staged.event_id "
-                        f"ORDER BY staged.event_id) "
-                    )
-                else:
-                    sql = (
-                        f"COPY (WITH staged AS (SELECT * FROM read_parquet({src})) "
-                        f"SELECT {select} FROM staged ORDER BY staged.event_id) "
-                    )
-                sql += f"TO {_sql_str(dst)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)"
-                con.execute(sql)
-                self.final[table] = dst
+            # The small tables on a second thread when they need no DuckDB
+            # sort of their own (pieces): memory stays one connection's.
+            if threads > 1 and len(tables) > 1 and not self._tables:
+                with ThreadPoolExecutor(max_workers=1) as pool:
+                    others = pool.submit(lambda: [self._finalize_table(t, shift_ns) for t in tables[1:]])
+                    self._finalize_table(tables[0], shift_ns)
+                    others.result()
+            else:
+                for table in tables:
+                    self._finalize_table(table, shift_ns)
         except duckdb.IOException as e:
             raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e}") from None
+        except OSError as e:
+            raise cannot_write(self.warehouse, e) from None
+
+    def _finalize_table(self, table: str, shift_ns: int) -> None:
+        # 256MB, one thread: ingest of a 4 GiB trace peaks at ~550 MB. The
+        # sorts (slices per thread; all rows, for the streaming parser's
+        # staged file) are external: memory does not grow with the trace.
+        con = duckdb.connect(config={"threads": FINALIZE_THREADS, "memory_limit": FINALIZE_MEMORY,
+                                     "temp_directory": str(self.dir / f"spill.{table}")})
+        con.execute("SET enable_progress_bar = false")  # it would draw on stderr
+        try:
+            sources = self._sources(table)
+            children = None
+            if table == "events":
+                pairs = self.dir / "child_pairs.parquet"
+                _child_pairs(con, _sql_list(sources), pairs)
+                children = _Children(con.sql(
+                    f"SELECT parent_id, CAST(sum(dur_ns) AS BIGINT) AS child_ns FROM read_parquet({_sql_str(pairs)}) "
+                    "GROUP BY parent_id ORDER BY parent_id").to_arrow_reader(1 << 16))
+            dst = self.dir / f"{table}.parquet"
+            schema = FINAL_SCHEMAS[table]
+            with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
+                rows = _RowGroups(w, FINAL_ROW_GROUP)
+                # A cursor of its own: the children's result stays open meanwhile.
+                for batch in _in_event_order(con.cursor(), sources, parts_only=not self._tables):
+                    rows.add(_final_batch(batch, schema, self.file_id, shift_ns, children))
+                rows.flush()
+            self.final[table] = dst
         finally:
             con.close()
 
