@@ -193,6 +193,50 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
     assert fast.sql("SELECT count(*) FROM events").fetchall()[0][0] == n_events
 
 
+def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
+    """Nesting that spans pieces (children written before their parents, a
+    slice holding the whole trace written last; events without a phase make
+    pieces whose rows are not in file order): self times by construction,
+    and the published file in event_id order."""
+    import pyarrow.parquet as pq
+
+    import tracedb.ingest as ingest
+
+    evs: list[dict] = []
+    for k in range(20):
+        step = k * 5000
+        for j in range(10):
+            op = step + 100 + j * 300
+            evs.append({"ph": "X", "cat": "cpu_op", "name": f"child{k}.{j}", "pid": 1, "tid": 7,
+                        "ts": op + 50, "dur": 100})
+            evs.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}.{j}", "pid": 1, "tid": 7, "ts": op, "dur": 200})
+        evs.append({"ph": "C", "name": "memory", "pid": 1, "ts": step, "args": {"allocated": k}})
+        evs.append({"name": "no phase", "pid": 1, "tid": 7, "ts": step})  # an events row off the fast path
+        evs.append({"ph": "X", "cat": "user_annotation", "name": f"step{k}", "pid": 1, "tid": 7,
+                    "ts": step, "dur": 4000})
+    evs.append({"ph": "X", "cat": "user_annotation", "name": "whole", "pid": 1, "tid": 7, "ts": 0, "dur": 100000})
+    (tmp_path / "runs" / "v1").mkdir(parents=True)
+    _write(tmp_path / "runs" / "v1" / "rank-0.json",
+           _kineto_text(evs, baseTimeNanoseconds=1_000_000_000))
+    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
+    db = tracedb.TraceDB(tmp_path / "wh")
+    db.ingest([tmp_path / "runs"], jobs=2)
+    expected = {"whole": 100000 - 20 * 4000}
+    for k in range(20):
+        expected[f"step{k}"] = 4000 - 10 * 200
+        for j in range(10):
+            expected[f"op{k}.{j}"] = 200 - 100
+            expected[f"child{k}.{j}"] = 100
+    got = dict(db.sql("SELECT name, self_ns FROM events WHERE ph = 'X'").fetchall())
+    assert got == {name: ns * 1000 for name, ns in expected.items()}
+    assert db.sql("SELECT ts_ns FROM events WHERE name = 'step3'").fetchall() == [(15_000_000 + 1_000_000_000,)]
+    (path,) = (tmp_path / "wh" / "events").rglob("*.parquet")
+    ids = pq.read_table(path, columns=["event_id"]).column("event_id").to_pylist()
+    assert ids == sorted(ids) and len(ids) == len(set(ids)) == len(evs) - 20
+
+
 def test_workload_generator_tiles_exactly(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from workloads import Source, write_tiled

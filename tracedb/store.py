@@ -64,36 +64,49 @@ def _sql_str(s: str | Path) -> str:
 _SLICES_SQL = """
 SELECT pid, tid, ts_ns, dur_ns, event_id FROM read_parquet({src})
 WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL AND dur_ns >= 0
+    AND pid IS NOT NULL AND tid IS NOT NULL
 ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id
 """
 _PAIR_SCHEMA = pa.schema([("parent_id", pa.int64()), ("dur_ns", pa.int64())])
 
 
+def _thread_starts(batch: pa.RecordBatch, before: tuple) -> list[bool]:
+    """Per row, whether it starts another (pid, tid) than the row before
+    (``before``: the last row of the previous batch)."""
+    pid, tid = batch.column(0), batch.column(1)
+    later = pc.or_(pc.not_equal(pid[1:], pid[:-1]), pc.not_equal(tid[1:], tid[:-1])).to_pylist()
+    return [(pid[0].as_py(), tid[0].as_py()) != before, *later]
+
+
 def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path) -> None:
     reader = con.sql(_SLICES_SQL.format(src=src)).to_arrow_reader(1 << 16)
-    key: tuple = (object(),)
+    before: tuple = (None, None)
     ends: list[int] = []
     last: list[int] = []
+    heappop, heappush = heapq.heappop, heapq.heappush
     with pq.ParquetWriter(dst, _PAIR_SCHEMA, compression="lz4") as w:
         for batch in reader:
-            pids, tids, ts, dur, eid = (batch.column(i).to_pylist() for i in range(5))
+            if not batch.num_rows:
+                continue
+            starts = _thread_starts(batch, before)
+            before = (batch.column(0)[-1].as_py(), batch.column(1)[-1].as_py())
+            ts, dur, eid = (batch.column(i).to_pylist() for i in (2, 3, 4))
             parents: list[int] = []
             durs: list[int] = []
-            for pid, tid, t, d, e in zip(pids, tids, ts, dur, eid):
-                if (pid, tid) != key:
-                    key = (pid, tid)
+            for start, t, d, e in zip(starts, ts, dur, eid):
+                if start:
                     ends, last = [], []
                 while ends and ends[0] <= t:
-                    heapq.heappop(ends)
+                    heappop(ends)
                 depth = len(ends)
-                if depth and pid is not None and tid is not None:
+                if depth:
                     parents.append(last[depth - 1])
                     durs.append(d)
                 if depth < len(last):
                     last[depth] = e
                 else:
                     last.append(e)
-                heapq.heappush(ends, t + d)
+                heappush(ends, t + d)
             if parents:
                 w.write_batch(pa.record_batch([pa.array(parents, pa.int64()), pa.array(durs, pa.int64())],
                                               schema=_PAIR_SCHEMA))
@@ -126,26 +139,12 @@ def _sql_list(paths: list[Path]) -> str:
     return "[" + ", ".join(_sql_str(p) for p in paths) + "]"
 
 
-def _in_event_order(con: duckdb.DuckDBPyConnection, sources: list[Path],
-                    parts_only: bool) -> Iterator[pa.RecordBatch]:
-    """A table's staged rows in event_id order. Pieces (chunked.py) cover
-    consecutive event_id ranges, in part order: each is sorted on its own.
-    The streaming parser's file (a B/E pair is written at its E) takes an
-    external sort."""
-    if parts_only:
-        for part in sources:
-            yield from pq.read_table(part).sort_by("event_id").to_batches()
-    else:
-        yield from con.sql(f"SELECT * FROM read_parquet({_sql_list(sources)}) ORDER BY event_id"
-                           ).to_arrow_reader(1 << 16)
-
-
 class _Children:
     """Summed child time per parent event_id, read in parent_id order
     alongside events read in event_id order: memory is one window."""
 
-    def __init__(self, reader: pa.RecordBatchReader):
-        self._reader = reader
+    def __init__(self, batches: Iterator[pa.RecordBatch]):
+        self._batches = batches
         self._ids = pa.array([], pa.int64())
         self._ns = pa.array([], pa.int64())
         self._done = False
@@ -158,7 +157,7 @@ class _Children:
         hi = pc.max(event_ids).as_py()
         while not self._done and (len(self._ids) == 0 or self._ids[-1].as_py() <= hi):
             try:
-                b = self._reader.read_next_batch()
+                b = next(self._batches)
             except StopIteration:
                 self._done = True
                 break
@@ -188,6 +187,20 @@ def _final_batch(batch: pa.RecordBatch, schema: pa.Schema, file_id: str, shift_n
             arr = batch.column(f.name)
         arrays.append(arr if arr.type == f.type else arr.cast(f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_END = object()
+
+
+def _ahead(items: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The items, each made on a thread while the one before is used: the
+    batches are read and computed while the writer compresses (Arrow
+    releases the GIL in both)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(next, items, _END)
+        while (item := pending.result()) is not _END:
+            pending = pool.submit(next, items, _END)
+            yield item
 
 
 class _RowGroups:
@@ -292,32 +305,63 @@ class TraceWriter:
             raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e}") from None
         except OSError as e:
             raise cannot_write(self.warehouse, e) from None
+        finally:
+            # Arrow's allocator keeps freed memory for reuse; the steps after
+            # this one (summaries) are DuckDB's and would not reuse it.
+            pa.default_memory_pool().release_unused()
 
     def _finalize_table(self, table: str, shift_ns: int) -> None:
-        # 256MB, one thread: ingest of a 4 GiB trace peaks at ~550 MB. The
-        # sorts (slices per thread; all rows, for the streaming parser's
-        # staged file) are external: memory does not grow with the trace.
+        sources = self._sources(table)
+        children = None
+        if table == "events":
+            sums = self.dir / "child_sums.parquet"
+            con = self._duckdb(table)
+            try:
+                _child_pairs(con, _sql_list(sources), self.dir / "child_pairs.parquet")
+                con.execute(
+                    f"COPY (SELECT parent_id, CAST(sum(dur_ns) AS BIGINT) AS child_ns "
+                    f"FROM read_parquet({_sql_str(self.dir / 'child_pairs.parquet')}) "
+                    f"GROUP BY parent_id ORDER BY parent_id) TO {_sql_str(sums)} (FORMAT parquet)")
+            finally:
+                con.close()  # its memory goes back before the pass below
+            children = _Children(pq.ParquetFile(sums).iter_batches(1 << 16))
+        dst = self.dir / f"{table}.parquet"
+        schema = FINAL_SCHEMAS[table]
+        with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
+            rows = _RowGroups(w, FINAL_ROW_GROUP)
+            batches = (_final_batch(b, schema, self.file_id, shift_ns, children)
+                       for b in self._in_event_order(table, sources))
+            for batch in _ahead(batches):
+                rows.add(batch)
+            rows.flush()
+        self.final[table] = dst
+
+    def _duckdb(self, table: str) -> duckdb.DuckDBPyConnection:
+        # 256MB, one thread: the sorts here (slices per thread; all rows, for
+        # the streaming parser's staged file) are external, so memory does
+        # not grow with the trace.
         con = duckdb.connect(config={"threads": FINALIZE_THREADS, "memory_limit": FINALIZE_MEMORY,
                                      "temp_directory": str(self.dir / f"spill.{table}")})
         con.execute("SET enable_progress_bar = false")  # it would draw on stderr
+        return con
+
+    def _in_event_order(self, table: str, sources: list[Path]) -> Iterator[pa.RecordBatch]:
+        """A table's staged rows in event_id order. Pieces (chunked.py) cover
+        consecutive event_id ranges, in part order: each is sorted on its
+        own. The streaming parser's file (a B/E pair is written at its E)
+        takes an external sort."""
+        if not self._tables:
+            for part in sources:
+                rows = pq.read_table(part)
+                ids = rows.column("event_id")
+                if len(ids) > 1 and not pc.all(pc.less(ids[:-1], ids[1:])).as_py():
+                    rows = rows.sort_by("event_id")  # a piece's counters and odd events come last
+                yield from rows.to_batches()
+            return
+        con = self._duckdb(table)
         try:
-            sources = self._sources(table)
-            children = None
-            if table == "events":
-                pairs = self.dir / "child_pairs.parquet"
-                _child_pairs(con, _sql_list(sources), pairs)
-                children = _Children(con.sql(
-                    f"SELECT parent_id, CAST(sum(dur_ns) AS BIGINT) AS child_ns FROM read_parquet({_sql_str(pairs)}) "
-                    "GROUP BY parent_id ORDER BY parent_id").to_arrow_reader(1 << 16))
-            dst = self.dir / f"{table}.parquet"
-            schema = FINAL_SCHEMAS[table]
-            with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
-                rows = _RowGroups(w, FINAL_ROW_GROUP)
-                # A cursor of its own: the children's result stays open meanwhile.
-                for batch in _in_event_order(con.cursor(), sources, parts_only=not self._tables):
-                    rows.add(_final_batch(batch, schema, self.file_id, shift_ns, children))
-                rows.flush()
-            self.final[table] = dst
+            yield from con.sql(f"SELECT * FROM read_parquet({_sql_list(sources)}) ORDER BY event_id"
+                               ).to_arrow_reader(1 << 16)
         finally:
             con.close()
 
