@@ -143,7 +143,7 @@ def _split_worthy(tf: TraceFile) -> bool:
     return size >= SPLIT_MIN_BYTES
 
 
-def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path]):
+def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Path):
     """In a worker: parse one piece, stage its rows as Parquet parts."""
     res = parse_piece(piece, path)
     parts = []
@@ -151,7 +151,7 @@ def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path]):
     for table, batch in res.batches:
         by_table.setdefault(table, []).append(batch)
     for table, batches in by_table.items():
-        write_part(dsts[table], table, batches)
+        write_part(dsts[table], table, batches, warehouse)
         parts.append((table, dsts[table]))
     res.batches = []
     return res, parts
@@ -161,9 +161,20 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int) -> TraceMeta:
     """The split fast path: pieces parsed here (workers=1) or in ``workers``
     processes, each staging its own Parquet parts. Raises NotSplittable."""
     sp = SplitParser(path)
+
+    def dsts(piece: Piece) -> dict[str, Path]:
+        return {t: writer.part(t, piece.number) for t in TABLES}
+
+    def staged(res, parts) -> None:
+        sp.add(res)
+        for table, part in parts:
+            writer.add_part(table, part)
+
     if workers <= 1:
-        for table, batch in sp.batches():
-            writer.write(table, batch)
+        # Parts here too: finalize then sorts each piece on its own, not the trace.
+        for piece in sp.pieces():
+            staged(*_parse_piece_to_parts(piece, str(path), dsts(piece), writer.warehouse))
+        sp.finish()
         return sp.meta
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -173,15 +184,11 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int) -> TraceMeta:
             nonlocal pending
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                res, parts = f.result()
-                sp.add(res)
-                for table, part in parts:
-                    writer.add_part(table, part)
+                staged(*f.result())
 
         try:
             for piece in sp.pieces():
-                dsts = {t: writer.part(t, piece.number) for t in TABLES}
-                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts))
+                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts(piece), writer.warehouse))
                 del piece
                 while len(pending) > workers:
                     collect()

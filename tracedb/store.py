@@ -395,9 +395,12 @@ class TraceWriter:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def write_part(path: Path, table: str, batches: list[pa.RecordBatch]) -> None:
-    """Stage rows parsed in another process (one piece of a large trace)."""
-    pq.write_table(pa.Table.from_batches(batches, schema=SCHEMAS[table]), path, compression="lz4")
+def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Path) -> None:
+    """Stage the rows of one piece of a large trace (chunked.py)."""
+    try:
+        pq.write_table(pa.Table.from_batches(batches, schema=SCHEMAS[table]), path, compression="lz4")
+    except OSError as e:  # e.g. the disk is full
+        raise cannot_write(warehouse, e) from None
 
 
 def clear_staging(warehouse: Path, older_than_s: float = 0) -> None:
