@@ -1,0 +1,98 @@
+"""Where one trace's ingest time goes: hash, parse, finalize, summaries.
+
+    python benchmarks/stages.py TRACE [--workers 2]
+
+Runs the steps of ``tracedb.ingest.ingest_file`` one after the other on a
+throwaway warehouse and prints, per step, wall seconds, CPU seconds (this
+process, and the parse workers) and this process's peak RSS during the step
+(Linux: /proc; the workers' memory is not in it). bench.py measures the
+whole; this says which part to work on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from tracedb import ingest, summaries
+from tracedb.catalog import resource_dir
+from tracedb.chunked import NotSplittable
+from tracedb.parse import TraceParser
+from tracedb.store import TraceWriter
+from tracedb.views import load_view_files
+
+
+def _peak_mib() -> int | None:
+    """This process's peak RSS since the last reset, then reset it."""
+    try:
+        with open("/proc/self/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except (OSError, StopIteration):
+        return None
+    return kib // 1024
+
+
+class Steps:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float, int | None]] = []
+        _peak_mib()
+
+    def run(self, name: str, fn, *args, **kwargs):
+        t0, c0 = time.perf_counter(), os.times()
+        out = fn(*args, **kwargs)
+        t1, c1 = time.perf_counter(), os.times()
+        cpu = sum(c1[i] - c0[i] for i in range(4))  # user, system, children's user and system
+        self.rows.append((name, t1 - t0, cpu, _peak_mib()))
+        return out
+
+    def table(self, nbytes: int) -> str:
+        total = sum(r[1] for r in self.rows)
+        lines = ["| step | s | CPU s | peak RSS MiB |", "|---|---:|---:|---:|"]
+        lines += [f"| {n} | {s:.1f} | {c:.1f} | {m if m is not None else '-'} |" for n, s, c, m in self.rows]
+        lines.append(f"| total | {total:.1f} | {sum(r[2] for r in self.rows):.1f} | "
+                     f"{max((r[3] or 0) for r in self.rows) or '-'} |")
+        lines.append(f"\n{nbytes / 1e6:.0f} MB in {total:.1f} s: {nbytes / 1e6 / total:.1f} MB/s")
+        return "\n".join(lines)
+
+
+def parse(path: Path, warehouse: Path, file_id: str, workers: int) -> tuple:
+    """As ingest_file parses: the split fast path, else the streaming parser."""
+    writer = TraceWriter(warehouse, file_id)
+    try:
+        return ingest._parse_split(path, writer, workers), writer
+    except NotSplittable:
+        writer.discard()
+    writer = TraceWriter(warehouse, file_id)
+    parser = TraceParser(path)
+    for table, batch in parser.batches():
+        writer.write(table, batch)
+    return parser.meta, writer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parse workers (default: cores)")
+    args = ap.parse_args()
+    threads = max(1, os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
+        wh = Path(tmp)
+        steps = Steps()
+        file_id = steps.run("hash", ingest.hash_file, args.trace)
+        meta, writer = steps.run("parse", parse, args.trace, wh, file_id, args.workers)
+        steps.run("finalize", writer.finalize, meta.base_time_ns or 0, threads=threads)
+        info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
+        steps.run("summaries", summaries.compute, wh, load_view_files(resource_dir("queries")), writer.final,
+                  writer.dir, file_id=file_id, run="r", rank=0, phase="p", distributed_info=info, threads=threads)
+    print(f"{args.trace}: {meta.event_count:,} events, {args.workers} parse worker(s)\n")
+    print(steps.table(args.trace.stat().st_size))
+
+
+if __name__ == "__main__":
+    main()
