@@ -355,7 +355,7 @@ class TraceWriter:
                 rows = pq.read_table(part)
                 ids = rows.column("event_id")
                 if len(ids) > 1 and not pc.all(pc.less(ids[:-1], ids[1:])).as_py():
-                    rows = rows.sort_by("event_id")  # a piece's counters and odd events come last
+                    rows = rows.sort_by("event_id")  # a piece's odd events (no phase, ...) come after its slices
                 yield from rows.to_batches()
             return
         con = self._duckdb(table)
