@@ -20,9 +20,6 @@ from pathlib import Path
 
 from tracedb import ingest, summaries
 from tracedb.catalog import resource_dir
-from tracedb.chunked import NotSplittable
-from tracedb.parse import TraceParser
-from tracedb.store import TraceWriter
 from tracedb.views import load_view_files
 
 
@@ -61,20 +58,6 @@ class Steps:
         return "\n".join(lines)
 
 
-def parse(path: Path, warehouse: Path, file_id: str, workers: int) -> tuple:
-    """As ingest_file parses: the split fast path, else the streaming parser."""
-    writer = TraceWriter(warehouse, file_id)
-    try:
-        return ingest._parse_split(path, writer, workers), writer
-    except NotSplittable:
-        writer.discard()
-    writer = TraceWriter(warehouse, file_id)
-    parser = TraceParser(path)
-    for table, batch in parser.batches():
-        writer.write(table, batch)
-    return parser.meta, writer
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", type=Path)
@@ -85,7 +68,8 @@ def main() -> None:
         wh = Path(tmp)
         steps = Steps()
         file_id = steps.run("hash", ingest.hash_file, args.trace)
-        meta, writer = steps.run("parse", parse, args.trace, wh, file_id, args.workers)
+        # split=True: the fast path, as ingest takes it for any large trace
+        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, file_id, True, args.workers)
         steps.run("finalize", writer.finalize, meta.base_time_ns or 0, threads=threads)
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
         steps.run("summaries", summaries.compute, wh, load_view_files(resource_dir("queries")), writer.final,

@@ -202,6 +202,29 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int) -> TraceMeta:
     return sp.meta
 
 
+def stage(path: Path, warehouse: Path, file_id: str, split: bool, workers: int) -> tuple[TraceMeta, TraceWriter]:
+    """Parse a trace into a new writer's staging folder: the split fast path
+    when ``split`` (``workers`` processes), else, or when it declines, the
+    streaming parser. The caller finalizes or discards the writer; on an
+    error it is discarded here."""
+    writer = TraceWriter(warehouse, file_id)
+    try:
+        if split:
+            try:
+                return _parse_split(path, writer, workers), writer
+            except (NotSplittable, BrokenProcessPool):
+                # The streaming parser is the reference: it takes the file.
+                writer.discard()
+                writer = TraceWriter(warehouse, file_id)
+        parser = TraceParser(path)
+        for table, batch in parser.batches():
+            writer.write(table, batch)
+        return parser.meta, writer
+    except BaseException:
+        writer.discard()
+        raise
+
+
 def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] = frozenset(),
                 threads: int = 1, workers: int = 1) -> FileResult:
     """Parse, write and publish one file (not yet registered in the catalog).
@@ -222,21 +245,9 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
     if file_id in known_ids:
         result.status = "skipped"
         return result
-    writer = TraceWriter(warehouse, file_id)
+    writer: TraceWriter | None = None
     try:
-        meta = None
-        if _split_worthy(tf):
-            try:
-                meta = _parse_split(tf.path, writer, workers)
-            except (NotSplittable, BrokenProcessPool):
-                # The streaming parser is the reference: it takes the file.
-                writer.discard()
-                writer = TraceWriter(warehouse, file_id)
-        if meta is None:
-            parser = TraceParser(tf.path)
-            for table, batch in parser.batches():
-                writer.write(table, batch)
-            meta = parser.meta
+        meta, writer = stage(tf.path, warehouse, file_id, _split_worthy(tf), workers)
         if meta.distributed_info:
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, threads=threads)
@@ -263,7 +274,8 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
         result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)
         return result
     finally:
-        writer.discard()
+        if writer is not None:
+            writer.discard()
     result.status = "ok"
     result.rank = tf.rank
     result.event_count = meta.event_count
