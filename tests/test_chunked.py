@@ -29,6 +29,14 @@ def _tables(parser) -> dict[str, pa.Table]:
             for t, bs in out.items()}
 
 
+def _values(table: pa.Table, col: str) -> list:
+    """A column's values; args as the JSON they hold (the fast path keeps the
+    trace's spelling of numbers, 464.592590, where the streaming parser
+    writes orjson's, 464.59259)."""
+    vals = table[col].to_pylist()
+    return [None if v is None else json.loads(v) for v in vals] if col == "args" else vals
+
+
 def _assert_same(path: Path, piece_bytes: int) -> SplitParser:
     ref = TraceParser(path)
     want = _tables(ref)
@@ -38,7 +46,7 @@ def _assert_same(path: Path, piece_bytes: int) -> SplitParser:
     for t in want:
         assert got[t].num_rows == want[t].num_rows, t
         for col in want[t].column_names:
-            assert got[t][col].to_pylist() == want[t][col].to_pylist(), (t, col)
+            assert _values(got[t], col) == _values(want[t], col), (t, col)
     for k, v in vars(ref.meta).items():
         assert getattr(fast.meta, k) == v, k
     return fast
@@ -134,6 +142,53 @@ def test_only_times_with_four_decimals_need_decimals():
     assert not at_dot(b'{"name": "v1.2345"}')
     assert not at_dot(b'{"ats": 12.3456}')
     assert not at_dot(b'.1234')
+
+
+# Events as a profiler might write them, one per piece below: the struct path
+# (msgspec) takes the first ones; the dict path (orjson) the pieces from the
+# counter on, which the struct path declines.
+_ODD_EVENTS = [
+    '"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25,\n'
+    '    "args": {\n      "warps per SM": 464.592590, "bw": 1268.4387096774194, "s": "a \\"b\\" \\u00e9"\n    }',
+    '"ph": "X", "name": "n", "pid": 0, "tid": 7, "ts": 11, "dur": 1, "args": null',
+    '"ph": "X", "name": "t", "pid": 1180591620717411303424, "tid": "stream 7", "ts": 12, "dur": 1,'
+    ' "args": {"External id": "12", "grid": [1, "2", 3.0], "device": true, "bytes": 1.0,'
+    ' "Collective name": 5, "stream": 1180591620717411303424}',
+    '"ph": "f", "bind_id": 3, "id": null, "pid": 0, "tid": 7, "ts": 13, "cat": "ac2g", "name": "ac2g", "bp": "e"',
+    '"ph": "s", "bind_id": 4, "pid": 0, "tid": 7, "ts": 13, "cat": "ac2g", "name": "ac2g"',
+    '"ph": "i", "name": "mark", "pid": "Traces", "tid": "", "ts": 14, "s": "g", "args": {}',
+    '"ph": "C", "name": "mem", "pid": 0, "ts": 15, "args": {"allocated": 1}',
+    '"ph": "X", "name": "l", "pid": 0, "tid": 7, "ts": 16, "dur": 1, "args": [1, 2]',
+    '"name": "no phase", "pid": 0, "tid": 7, "ts": 17',
+    '"ph": ["X"], "name": "odd phase", "pid": 0, "tid": 7, "ts": 18',
+]
+
+
+def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
+    """Nulls, odd types, big integers, flows bound by bind_id, escapes: the
+    struct path writes what the streaming parser writes, keeping the trace's
+    spelling of args, and leaves what it does not handle to the dict path."""
+    import tracedb.chunked as chunked
+
+    body = ",\n".join("  {\n    " + e + "\n  }" for e in _ODD_EVENTS)
+    path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
+    took = []
+    for fn, name in ((chunked._convert_structs, "struct"), (chunked._convert, "dict")):
+        def counted(*a, _fn=fn, _name=name):
+            took.append(_name)
+            return _fn(*a)
+        monkeypatch.setattr(chunked, fn.__name__, counted)
+    _assert_same(path, piece_bytes=64)
+    decline = _ODD_EVENTS.index(next(e for e in _ODD_EVENTS if '"ph": "C"' in e))
+    assert took == ["struct"] * decline + ["struct", "dict"] * (len(_ODD_EVENTS) - decline)
+    rows = {r["name"]: r for r in _tables(SplitParser(path, piece_bytes=64))["events"].to_pylist()}
+    assert rows["k"]["args"] == ('{"warps per SM":464.592590,"bw":1268.4387096774194,'
+                                 '"s":"a \\"b\\" \\u00e9"}')
+    assert rows["n"]["args"] is None
+    assert rows["t"]["pid"] == "1180591620717411303424" and rows["t"]["tid"] == "stream 7"
+    assert rows["t"]["external_id"] == 12 and rows["t"]["grid"] == [1, 2, 3]
+    assert rows["t"]["device"] is None and rows["t"]["stream"] is None and rows["t"]["bytes"] == 1
+    assert rows["t"]["collective_name"] == "5"
 
 
 def test_begin_end_pairs_take_the_streaming_path(tmp_path):

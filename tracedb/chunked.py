@@ -4,10 +4,19 @@ piece on its own (in worker processes when there are cores to spare).
 Kineto pretty-prints one event per block that starts with a newline, a fixed
 indent and ``{`` (``\\n  {``). JSON strings cannot hold a raw newline, so
 that sequence is never inside a string; a piece of the event array cut just
-before it is a run of whole events, which ``orjson`` parses at C speed as
-``[`` + piece + ``]``. A cut at the wrong depth makes the piece invalid JSON
-and is caught; the caller then falls back to the streaming parser
-(parse.py), which stays the reference for every file.
+before it is a run of whole events, parsed at C speed as ``[`` + piece +
+``]``. A cut at the wrong depth makes the piece invalid JSON and is caught;
+the caller then falls back to the streaming parser (parse.py), which stays
+the reference for every file.
+
+Two ways to parse a piece. The struct path (``msgspec``) decodes each event
+into a struct of the keys that become columns, skipping the rest, and keeps
+``args`` as raw JSON: its text, without the whitespace, is the args column
+(so numbers keep the trace's spelling, ``464.592590`` where the streaming
+parser writes ``464.59259``: the same JSON values), and a second decode of
+the args pulls the typed columns. A piece it does not handle (counters,
+events without a phase, args that are not objects) takes the dict path:
+``orjson`` dicts, as the streaming parser reads them.
 
 Exactness: orjson reads fractional numbers as doubles. A timestamp written
 with at most 3 decimals (Kineto's ns resolution) and below 2**43 µs is
@@ -33,10 +42,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import chain
+from operator import attrgetter
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import ijson
+import msgspec
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -281,16 +293,21 @@ def _parse_piece(piece: Piece, path: str) -> PieceResult:
     if data.endswith(b","):
         data = data[:-1]
     text = b"[" + data + b"]"
+    check = _TimeCheck(data)
     try:
-        evs = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        evs = None
-    if evs is not None:
         try:
-            return _convert(evs, piece, path, _TimeCheck(data))
-        except InexactTime:
+            return _convert_structs(text, piece, check)
+        except _Decline:
             pass
-    del evs
+        try:
+            evs = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            evs = None
+        if evs is not None:
+            return _convert(evs, piece, path, check)
+    except InexactTime:
+        pass
+    evs = None
     try:
         evs = list(ijson.items(io.BytesIO(text), "item", use_float=False))
     except (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError) as e:
@@ -381,6 +398,9 @@ def _text(vals: list) -> pa.Array:
 
 
 def _pid(vals: list) -> pa.Array:
+    types = set(map(type, vals))
+    if types <= {int, str}:
+        return pa.array(list(map(str, vals)), pa.string())
     return pa.array([v if type(v) is str else str(v) if type(v) is int else _pid_text(v)
                      for v in vals], pa.string())
 
@@ -388,6 +408,8 @@ def _pid(vals: list) -> pa.Array:
 def _ids(vals: list) -> pa.Array:
     if vals.count(None) == len(vals):
         return _nulls(len(vals), pa.string())
+    if set(map(type, vals)) <= {int, str}:
+        return pa.array(list(map(str, vals)), pa.string())
     return pa.array([_id_text(v) for v in vals], pa.string())
 
 
@@ -405,6 +427,10 @@ def _arg_column(vals: list, present: list, typ: pa.DataType, conv) -> pa.Array:
             return pa.array(vals, typ)
         if pa.types.is_float64(typ) and types <= {int, float}:
             return pa.array(vals, typ)
+        if pa.types.is_list(typ) and types == {list}:
+            items = chain.from_iterable(v for v in present if v is not None)
+            if set(map(type, items)) <= {int}:
+                return pa.array(vals, typ)
     except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
         pass
     return pa.array([None if v is None else conv(v) for v in vals], typ)
@@ -473,27 +499,15 @@ def _convert(evs: list, piece: Piece, path: str, check: _TimeCheck | None) -> Pi
     return res
 
 
+_FIELDS = ("ph", "ts", "dur", "cat", "name", "pid", "tid", "id")
+_FLOW_FIELDS = ("ph", "ts", "dur", "cat", "name", "pid", "tid", "bp")
+
+
 def _slices(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.RecordBatch:
     n = len(evs)
-    phs = [e["ph"] for e in evs]
-    ts = _ns([e.get("ts") for e in evs], check)
-    dur_all = _ns([e.get("dur") for e in evs], check)
-    is_x = pc.equal(pa.array(phs, pa.string()), "X")
-    dur = pc.if_else(is_x, dur_all, pa.nulls(n, pa.int64()))
-    _minmax(res, ts, pc.add(ts, pc.coalesce(dur_all, 0)))
+    f = {key: [e.get(key) for e in evs] for key in _FIELDS}
     args = [e.get("args") for e in evs]
     argd = [a if type(a) is dict else _EMPTY for a in args]
-    cols = {
-        "event_id": pa.array(ids, pa.int64()),
-        "ts_ns": ts,
-        "dur_ns": dur,
-        "ph": pa.array(phs, pa.string()),
-        "cat": _text([e.get("cat") for e in evs]),
-        "name": _text([e.get("name") for e in evs]),
-        "pid": _pid([e.get("pid") for e in evs]),
-        "tid": _pid([e.get("tid") for e in evs]),
-        "id": _ids([e.get("id") for e in evs]),
-    }
     found: dict[str, tuple[list, list]] = {}
     for j, a in enumerate(argd):
         for key in a:
@@ -504,31 +518,163 @@ def _slices(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.Reco
                 v = a[key]
                 entry[0][j] = v
                 entry[1].append(v)
+    arg_cols = {}
     for key, col, conv in _ARG_CONVERTERS:
         entry = found.get(key)
-        cols[col] = (_nulls(n, _ARG_TYPES[col]) if entry is None
-                     else _arg_column(entry[0], entry[1], _ARG_TYPES[col], conv))
-    cols["args"] = _dump_all(args)
+        arg_cols[col] = (_nulls(n, _ARG_TYPES[col]) if entry is None
+                         else _arg_column(entry[0], entry[1], _ARG_TYPES[col], conv))
+    return _event_batch(f, ids, arg_cols, _dump_all(args), res, check)
+
+
+def _event_batch(f: dict[str, list], ids: list[int], arg_cols: dict[str, pa.Array],
+                 args_text: pa.Array, res: PieceResult, check) -> pa.RecordBatch:
+    """The events batch from its fields (one list per key of ``_FIELDS``),
+    its typed args columns and its args as JSON text."""
+    n = len(ids)
+    ph = pa.array(f["ph"], pa.string())
+    ts = _ns(f["ts"], check)
+    dur_all = _ns(f["dur"], check)
+    dur = pc.if_else(pc.equal(ph, "X"), dur_all, pa.nulls(n, pa.int64()))
+    _minmax(res, ts, pc.add(ts, pc.coalesce(dur_all, 0)))
+    cols = {
+        "event_id": pa.array(ids, pa.int64()),
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "ph": ph,
+        "cat": _text(f["cat"]),
+        "name": _text(f["name"]),
+        "pid": _pid(f["pid"]),
+        "tid": _pid(f["tid"]),
+        "id": _ids(f["id"]),
+        **arg_cols,
+        "args": args_text,
+    }
     res.event_count += n
     return pa.RecordBatch.from_arrays([cols[name] for name in EVENT_SCHEMA.names], schema=EVENT_SCHEMA)
 
 
 def _flows(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.RecordBatch:
-    ts = _ns([e.get("ts") for e in evs], check)
-    _minmax(res, ts, pc.add(ts, pc.coalesce(_ns([e.get("dur") for e in evs], check), 0)))
+    f = {key: [e.get(key) for e in evs] for key in _FLOW_FIELDS}
+    f["id"] = [e.get("id", e.get("bind_id")) for e in evs]
+    return _flow_batch(f, ids, res, check)
+
+
+def _flow_batch(f: dict[str, list], ids: list[int], res: PieceResult, check) -> pa.RecordBatch:
+    """The flows batch from its fields (``_FLOW_FIELDS`` and ``id``)."""
+    ts = _ns(f["ts"], check)
+    _minmax(res, ts, pc.add(ts, pc.coalesce(_ns(f["dur"], check), 0)))
     cols = {
         "event_id": pa.array(ids, pa.int64()),
         "ts_ns": ts,
-        "ph": pa.array([e["ph"] for e in evs], pa.string()),
-        "id": _ids([e.get("id", e.get("bind_id")) for e in evs]),
-        "cat": _text([e.get("cat") for e in evs]),
-        "name": _text([e.get("name") for e in evs]),
-        "pid": _pid([e.get("pid") for e in evs]),
-        "tid": _pid([e.get("tid") for e in evs]),
-        "bp": _text([e.get("bp") for e in evs]),
+        "ph": pa.array(f["ph"], pa.string()),
+        "id": _ids(f["id"]),
+        "cat": _text(f["cat"]),
+        "name": _text(f["name"]),
+        "pid": _pid(f["pid"]),
+        "tid": _pid(f["tid"]),
+        "bp": _text(f["bp"]),
     }
-    res.flow_count += len(evs)
+    res.flow_count += len(ids)
     return pa.RecordBatch.from_arrays([cols[name] for name in FLOW_SCHEMA.names], schema=FLOW_SCHEMA)
+
+
+# -- the struct path: msgspec decodes only the keys the columns need ----------
+
+
+class _Decline(Exception):
+    """The piece has something only the dict path handles (counters, events
+    without a phase, args that are not objects...)."""
+
+
+class _Event(msgspec.Struct, gc=False):
+    """An event's top-level keys that become columns; ``args`` stays raw JSON
+    (its text is the args column), every other key is skipped unread."""
+
+    ph: Any = None
+    ts: Any = None
+    dur: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    id: Any = msgspec.UNSET
+    bind_id: Any = None
+    bp: Any = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+# The args keys of the typed columns, as struct fields (a0, a1, ...).
+_ARG_FIELD = {key: f"a{i}" for i, (key, _col, _conv) in enumerate(_ARG_CONVERTERS)}
+_Args = msgspec.defstruct("_Args", [(f, Any, None) for f in _ARG_FIELD.values()],
+                          rename={f: key for key, f in _ARG_FIELD.items()}, gc=False)
+_NO_ARGS = _Args()
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_ARGS_DECODER = msgspec.json.Decoder(list[_Args | None])
+_GET = {key: attrgetter(key) for key in (*_FIELDS, "bp", "bind_id", "args")}
+_GET_ARG = [(col, conv, attrgetter(_ARG_FIELD[key])) for key, col, conv in _ARG_CONVERTERS]
+_SPLIT_AWAY = frozenset(("B", "E", "C", None))
+def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResult:
+    try:
+        evs = _EVENTS_DECODER.decode(text)
+    except msgspec.DecodeError:
+        raise _Decline from None
+    n = len(evs)
+    if n != piece.count:
+        raise NotSplittable(f"piece {piece.number}: {n} events, expected {piece.count}")
+    phs = list(map(_GET["ph"], evs))
+    try:
+        kinds = set(phs)
+    except TypeError:  # a list or object as the phase
+        raise _Decline from None
+    if "B" in kinds or "E" in kinds:
+        raise NotSplittable("B/E events (matched across the whole file)")
+    if kinds & _SPLIT_AWAY or not all(type(k) is str for k in kinds):
+        raise _Decline
+    res = PieceResult(json_event_count=n)
+    base = piece.base
+    if kinds & FLOW_PHASES:
+        is_flow = [p in FLOW_PHASES for p in phs]
+        fl = [e for e, f in zip(evs, is_flow) if f]
+        fl_ids = [base + i for i, f in enumerate(is_flow) if f]
+        evs = [e for e, f in zip(evs, is_flow) if not f]
+        ids = [base + i for i, f in enumerate(is_flow) if not f]
+    else:
+        fl, fl_ids, ids = [], [], list(range(base, base + n))
+    if evs:
+        f = {key: list(map(_GET[key], evs)) for key in _FIELDS}
+        if msgspec.UNSET in f["id"]:
+            f["id"] = [None if v is msgspec.UNSET else v for v in f["id"]]
+        arg_cols, args_text = _struct_args(list(map(_GET["args"], evs)))
+        res.batches.append(("events", _event_batch(f, ids, arg_cols, args_text, res, check)))
+    if fl:
+        f = {key: list(map(_GET[key], fl)) for key in _FLOW_FIELDS}
+        f["id"] = [e.bind_id if e.id is msgspec.UNSET else e.id for e in fl]
+        res.batches.append(("flows", _flow_batch(f, fl_ids, res, check)))
+    return res
+
+
+def _struct_args(raws: list) -> tuple[dict[str, pa.Array], pa.Array]:
+    """Typed columns and JSON text from the events' raw args (an empty Raw
+    where an event has none)."""
+    n = len(raws)
+    joined = b",".join([r or b"{}" for r in raws])
+    try:
+        args = _ARGS_DECODER.decode(b"[" + joined + b"]")
+    except msgspec.DecodeError:
+        raise _Decline from None  # args that are not objects
+    fmt = msgspec.json.format
+    texts = [fmt(r, indent=-1) if r else None for r in raws]
+    if None in args:  # "args": null
+        for i, a in enumerate(args):
+            if a is None:
+                args[i] = _NO_ARGS
+                texts[i] = None
+    cols = {}
+    for col, conv, get in _GET_ARG:
+        vals = list(map(get, args))
+        typ = _ARG_TYPES[col]
+        cols[col] = _nulls(n, typ) if vals.count(None) == n else _arg_column(vals, vals, typ, conv)
+    return cols, pa.array(texts, pa.binary()).cast(pa.string())
 
 
 def merge_meta(meta: TraceMeta, res: PieceResult) -> None:
