@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tracedb
 from conftest import corpus_file
 from tracedb.chunked import NotSplittable, SplitParser, _is_time_value
 from tracedb.parse import TraceParser
+from tracedb.schema import ARG_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,6 +192,34 @@ def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
     assert rows["t"]["external_id"] == 12 and rows["t"]["grid"] == [1, 2, 3]
     assert rows["t"]["device"] is None and rows["t"]["stream"] is None and rows["t"]["bytes"] == 1
     assert rows["t"]["collective_name"] == "5"
+
+
+_leaf = st.one_of(st.none(), st.booleans(), st.text(max_size=8), st.integers(-(2**70), 2**70),
+                  st.floats(allow_nan=False, allow_infinity=False))
+_value = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                     st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                      max_leaves=8)
+_ident = st.one_of(st.integers(-5, 2**70), st.sampled_from(["Spans", "", "stream 7"]), _leaf)
+_micros = st.one_of(st.integers(-(10**12), 10**12), st.integers(0, 10**13).map(lambda n: n / 1000),
+                    st.floats(-1e12, 1e12), _leaf)
+_arg_key = st.sampled_from([*ARG_COLUMNS, "x", "Ev Idx"])
+_random_event = st.fixed_dictionaries({"ph": st.sampled_from(list("XiIMCstfn"))}, optional={
+    "name": st.one_of(st.text(max_size=10), _leaf), "cat": st.text(max_size=6), "pid": _ident, "tid": _ident,
+    "ts": _micros, "dur": _micros, "id": _ident, "bind_id": _ident, "bp": st.just("e"),
+    "args": st.one_of(st.dictionaries(_arg_key, _value, max_size=4), _value),
+})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_random_event, min_size=1, max_size=30))
+def test_random_events_same_as_streaming(tmp_path, events):
+    """Any values in any of the keys the columns read, through both paths
+    (pieces of one or two events): the same rows, or the file declined."""
+    path = _write(tmp_path / "t.json", _kineto_text(events))
+    try:
+        _assert_same(path, piece_bytes=128)
+    except NotSplittable:
+        pass
 
 
 def test_begin_end_pairs_take_the_streaming_path(tmp_path):

@@ -64,6 +64,7 @@ from .parse import (
     _id_text,
     _pid_text,
     _to_ns,
+    drop_bad_span,
 )
 from .schema import EVENT_SCHEMA, FLOW_SCHEMA
 
@@ -79,6 +80,7 @@ _TIME_LIMIT_NS = 1 << 62  # parse.py reads times past this as NULL (and says so)
 _FINE_FRACTION_RE = re.compile(rb"\.\d{4}")
 _DIGITS = frozenset(b"0123456789")
 _SPACE = frozenset(b" \t\r\n")
+_LONG_DIGITS_RE = re.compile(rb"\d{19}")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[(\s*)\{')
 _NONE = type(None)
 _EMPTY: dict = {}
@@ -108,17 +110,31 @@ def _exact_ns(v) -> int | None:
     return _float_ns(v) if type(v) is float else _to_ns(v)
 
 
-def _decimal_times(ev: dict) -> dict:
-    """The event with float ts/dur as the exact Decimals they were written as
-    (for the streaming parser's per-event code)."""
-    out = None
-    for key in ("ts", "dur"):
-        v = ev.get(key)
-        if type(v) is float:
+def _as_read(v):
+    """A value as the streaming parser reads it, for the converters it shares
+    with this module: ijson reads a number with a fraction as a Decimal (the
+    double's shortest spelling stands for the text the trace wrote)."""
+    t = type(v)
+    if t is float:
+        return Decimal(repr(v))
+    if t is list:
+        return [_as_read(x) for x in v]
+    if t is dict:
+        return {k: _as_read(x) for k, x in v.items()}
+    return v
+
+
+def _event_as_read(ev: dict) -> dict:
+    """An event as the streaming parser reads it, for its per-event code:
+    ts and dur as the exact Decimals they were written as."""
+    out = {}
+    for key, v in ev.items():
+        if (key == "ts" or key == "dur") and type(v) is float:
             ns = _float_ns(v)
-            out = out or dict(ev)
             out[key] = None if ns is None else Decimal(ns).scaleb(-3)
-    return out or ev
+        else:
+            out[key] = _as_read(v)
+    return out
 
 
 @dataclass
@@ -300,7 +316,8 @@ def _parse_piece(piece: Piece, path: str) -> PieceResult:
         except _Decline:
             pass
         try:
-            evs = orjson.loads(text)
+            # orjson reads integers past 64 bits as doubles; ijson, exactly
+            evs = None if _LONG_DIGITS_RE.search(data) else orjson.loads(text)
         except orjson.JSONDecodeError:
             evs = None
         if evs is not None:
@@ -394,14 +411,14 @@ def _text(vals: list) -> pa.Array:
     try:
         return pa.array(vals, pa.string())
     except (pa.ArrowTypeError, pa.ArrowInvalid):
-        return pa.array([v if v is None or type(v) is str else _as_text(v) for v in vals], pa.string())
+        return pa.array([v if v is None or type(v) is str else _as_text(_as_read(v)) for v in vals], pa.string())
 
 
 def _pid(vals: list) -> pa.Array:
     types = set(map(type, vals))
     if types <= {int, str}:
         return pa.array(list(map(str, vals)), pa.string())
-    return pa.array([v if type(v) is str else str(v) if type(v) is int else _pid_text(v)
+    return pa.array([v if type(v) is str else str(v) if type(v) is int else _pid_text(_as_read(v))
                      for v in vals], pa.string())
 
 
@@ -410,7 +427,7 @@ def _ids(vals: list) -> pa.Array:
         return _nulls(len(vals), pa.string())
     if set(map(type, vals)) <= {int, str}:
         return pa.array(list(map(str, vals)), pa.string())
-    return pa.array([_id_text(v) for v in vals], pa.string())
+    return pa.array([_id_text(_as_read(v)) for v in vals], pa.string())
 
 
 def _arg_column(vals: list, present: list, typ: pa.DataType, conv) -> pa.Array:
@@ -433,7 +450,7 @@ def _arg_column(vals: list, present: list, typ: pa.DataType, conv) -> pa.Array:
                 return pa.array(vals, typ)
     except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
         pass
-    return pa.array([None if v is None else conv(v) for v in vals], typ)
+    return pa.array([None if v is None else conv(_as_read(v)) for v in vals], typ)
 
 
 def _dump_all(args: list) -> pa.Array:
@@ -482,7 +499,7 @@ def _convert(evs: list, piece: Piece, path: str, check: _TimeCheck | None) -> Pi
         # Counters and odd events: the streaming parser's own per-event code.
         p = TraceParser(path)
         for i in other:
-            p._add(base + i, _decimal_times(evs[i]))
+            p._add(base + i, _event_as_read(evs[i]))
         if p._open:
             raise NotSplittable("B/E events (matched across the whole file)")
         m = p.meta
@@ -496,6 +513,8 @@ def _convert(evs: list, piece: Piece, path: str, check: _TimeCheck | None) -> Pi
         for table, cols in (("events", p._events), ("counters", p._counters)):
             if cols.rows:
                 res.batches.append((table, cols.batch()))
+            if cols.out_of_range or cols.surrogates:
+                raise NotSplittable("values the streaming parser warns of")
     return res
 
 
@@ -710,6 +729,7 @@ class SplitParser:
     def finish(self) -> None:
         """Top-level keys (head and tail) into ``meta``."""
         self.meta.form = self.splitter.form
+        drop_bad_span(self.meta)
         if self.splitter.form == "object":
             self._parser._read_head()
             read_tail_keys(self.splitter.tail, self._parser)

@@ -251,11 +251,10 @@ def _default(v: Any) -> Any:
 
 
 def _default_exact(v: Any) -> Any:
-    """json.dumps default: Decimals exactly (integers of any size), and
-    non-finite values as null (valid JSON, as orjson writes them)."""
+    """json.dumps default: Decimals (numbers written with a fraction or an
+    exponent) as doubles, as orjson writes them with ``_default`` (integers
+    of any size are ints already), and non-finite values as null."""
     if isinstance(v, Decimal):
-        if v.is_finite() and v == v.to_integral_value():
-            return int(v)
         f = float(v)
         return f if math.isfinite(f) else None
     return str(v)
@@ -287,6 +286,13 @@ def _pid_text(v: Any) -> str | None:
     if type(v) is str:
         return v
     return str(_jsonable(v))
+
+
+def drop_bad_span(m: TraceMeta) -> None:
+    """No time span when it ends before it starts (negative durations) or
+    lies past the supported range."""
+    if m.ts_min_ns is not None and not (-_TIME_LIMIT_NS <= m.ts_min_ns <= m.ts_max_ns <= _TIME_LIMIT_NS):
+        m.ts_min_ns = m.ts_max_ns = None
 
 
 class _Columns:
@@ -410,9 +416,7 @@ class TraceParser:
         if n:
             self.meta.warnings.append(
                 f"{n} value(s) out of range (times past 2^62 ns, integers past int64) read as NULL")
-        m = self.meta
-        if m.ts_min_ns is not None and not (-_TIME_LIMIT_NS <= m.ts_min_ns <= m.ts_max_ns <= _TIME_LIMIT_NS):
-            m.ts_min_ns = m.ts_max_ns = None
+        drop_bad_span(self.meta)
 
     def _read_head(self) -> None:
         """Top-level keys before traceEvents (a short parse of the head)."""
