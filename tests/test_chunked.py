@@ -115,7 +115,8 @@ def test_fractional_times_are_exact(tmp_path):
     fine = ["4458676522690.655", "4458677009853.422", "8796093022207.999", "0.001", "1.5",
             "1712195495519695.7", "1712195495519695.8", "12.3456", "4458677009853.4225"]
     for i in range(len(fine)):
-        evs.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": f"@k{i}@", "dur": 1.001})
+        evs.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": f"@k{i}@", "dur": 1.001,
+                    "args": {"warps per SM": 0.074074}})  # 4+ decimals in args do not count
     raw = _kineto_text(evs)
     for i, text in enumerate(fine):  # the literal texts, as a profiler writes them
         raw = raw.replace(f'"@k{i}@"', text)
@@ -130,6 +131,7 @@ def test_fractional_times_are_exact(tmp_path):
     assert got["k5"] == 1712195495519695700
     assert got["k6"] == 1712195495519695800
     assert got["k7"] == 12346  # 12345.6 ns, rounded half-even like the streaming parser
+    assert got["k8"] == 4458677009853422  # its double, 4458677009853.423, would say ...423
 
 
 def test_only_times_with_four_decimals_need_decimals():
