@@ -18,7 +18,7 @@ the args pulls the typed columns. A piece it does not handle (counters,
 events without a phase, args that are not objects) takes the dict path:
 ``orjson`` dicts, as the streaming parser reads them.
 
-Exactness: orjson reads fractional numbers as doubles. A timestamp written
+Exactness: both read fractional numbers as doubles. A timestamp written
 with at most 3 decimals (Kineto's ns resolution) and below 2**43 µs is
 recovered exactly from its double (the double's spacing there is under
 1 ns); a piece with a timestamp or duration of 4+ decimals or a larger
@@ -639,6 +639,8 @@ _ARGS_DECODER = msgspec.json.Decoder(list[_Args | None])
 _GET = {key: attrgetter(key) for key in (*_FIELDS, "bp", "bind_id", "args")}
 _GET_ARG = [(col, conv, attrgetter(_ARG_FIELD[key])) for key, col, conv in _ARG_CONVERTERS]
 _SPLIT_AWAY = frozenset(("B", "E", "C", None))
+
+
 def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResult:
     try:
         evs = _EVENTS_DECODER.decode(text)
