@@ -90,12 +90,16 @@ def six(tmp_path_factory) -> tuple[Path, dict, float]:
     for i in range(6):
         write_kineto_like(root / "v1" / f"rank{i}.json", TRACE_BYTES, seed=i, rank=i)
     expected = expected_for(root)
-    wh = root.parent / "reference-wh"
-    t0 = time.monotonic()
-    subprocess.run(ingest_cmd(wh, root), check=True, capture_output=True)
-    seconds = time.monotonic() - t0
-    assert_exactly(wh, expected)
-    return root, expected, seconds
+    # The faster of two runs: the first pays for cold imports (and, in a new
+    # venv, compiling them), and a kill at 80% of it can come after the end.
+    times = []
+    for name in ("reference-wh", "reference-wh-2"):
+        wh = root.parent / name
+        t0 = time.monotonic()
+        subprocess.run(ingest_cmd(wh, root), check=True, capture_output=True)
+        times.append(time.monotonic() - t0)
+        assert_exactly(wh, expected)
+    return root, expected, min(times)
 
 
 @pytest.mark.parametrize("fraction", [0.2, 0.5, 0.8])
