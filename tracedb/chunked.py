@@ -470,13 +470,16 @@ def _dump_all(args: list) -> pa.Array:
     return pa.array(texts, pa.string())
 
 
+def _widen(span: "PieceResult | TraceMeta", lo: int | None, hi: int | None) -> None:
+    """Widen ``span``'s ts_min_ns/ts_max_ns to take in lo and hi."""
+    if lo is not None and (span.ts_min_ns is None or lo < span.ts_min_ns):
+        span.ts_min_ns = lo
+    if hi is not None and (span.ts_max_ns is None or hi > span.ts_max_ns):
+        span.ts_max_ns = hi
+
+
 def _minmax(res: PieceResult, ts: pa.Array, end: pa.Array) -> None:
-    lo = pc.min(ts).as_py()
-    hi = pc.max(end).as_py()
-    if lo is not None and (res.ts_min_ns is None or lo < res.ts_min_ns):
-        res.ts_min_ns = lo
-    if hi is not None and (res.ts_max_ns is None or hi > res.ts_max_ns):
-        res.ts_max_ns = hi
+    _widen(res, pc.min(ts).as_py(), pc.max(end).as_py())
 
 
 def _convert(evs: list, piece: Piece, path: str, check: _TimeCheck | None) -> PieceResult:
@@ -512,11 +515,7 @@ def _convert(evs: list, piece: Piece, path: str, check: _TimeCheck | None) -> Pi
         m = p.meta
         res.event_count += m.event_count
         res.counter_count += m.counter_count
-        for lo, hi in ((m.ts_min_ns, m.ts_max_ns),):
-            if lo is not None and (res.ts_min_ns is None or lo < res.ts_min_ns):
-                res.ts_min_ns = lo
-            if hi is not None and (res.ts_max_ns is None or hi > res.ts_max_ns):
-                res.ts_max_ns = hi
+        _widen(res, m.ts_min_ns, m.ts_max_ns)
         for table, cols in (("events", p._events), ("counters", p._counters)):
             if cols.rows:
                 res.batches.append((table, cols.batch()))
@@ -712,10 +711,7 @@ def merge_meta(meta: TraceMeta, res: PieceResult) -> None:
     meta.flow_count += res.flow_count
     meta.counter_count += res.counter_count
     meta.skipped_count += res.skipped_count
-    if res.ts_min_ns is not None and (meta.ts_min_ns is None or res.ts_min_ns < meta.ts_min_ns):
-        meta.ts_min_ns = res.ts_min_ns
-    if res.ts_max_ns is not None and (meta.ts_max_ns is None or res.ts_max_ns > meta.ts_max_ns):
-        meta.ts_max_ns = res.ts_max_ns
+    _widen(meta, res.ts_min_ns, res.ts_max_ns)
 
 
 class SplitParser:
