@@ -221,7 +221,11 @@ class Catalog:
             try:
                 migrate(con, load_migrations())
                 yield con
+                # One transaction: each statement on its own would commit
+                # (the library's views and their docs are a thousand).
+                con.execute("BEGIN TRANSACTION")
                 self._rebuild_views(con)
+                con.execute("COMMIT")
                 con.execute("CHECKPOINT")
                 con.close()
                 os.replace(tmp, self.path)
