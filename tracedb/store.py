@@ -17,7 +17,6 @@ A file in a partition is visible to queries only once the catalog lists it
 
 from __future__ import annotations
 
-import heapq
 import os
 import shutil
 import uuid
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -55,12 +55,12 @@ def _sql_str(s: str | Path) -> str:
 # Self time of every slice: its duration less the durations of its direct
 # children on the same (pid, tid). DuckDB sorts the slices per thread by
 # start (longer first on ties, then event_id; an external sort, so memory
-# stays bounded); one streaming pass then keeps, per thread, a heap of the
-# ends of the slices still open (an event's depth is how many earlier slices
-# end after it starts) and the latest slice seen at each depth: the parent of
-# a slice at depth d is the latest slice at depth d - 1. It writes
-# (parent, child duration) pairs; a GROUP BY sums them. Memory is the
-# nesting depth, not the trace.
+# stays bounded). A slice's depth is how many earlier slices of its thread
+# end after it starts; its parent is the latest earlier slice one level up.
+# Each sorted batch is solved at once with numpy (_Threads.pairs), carrying
+# the open slices and the latest slice at each depth to the next batch. It
+# writes (parent, child duration) pairs; a GROUP BY sums them. Memory is a
+# batch and the nesting depth, not the trace.
 _SLICES_SQL = """
 SELECT pid, tid, ts_ns, dur_ns, event_id FROM read_parquet({src})
 WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL AND dur_ns >= 0
@@ -70,46 +70,94 @@ ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id
 _PAIR_SCHEMA = pa.schema([("parent_id", pa.int64()), ("dur_ns", pa.int64())])
 
 
-def _thread_starts(batch: pa.RecordBatch, before: tuple) -> list[bool]:
-    """Per row, whether it starts another (pid, tid) than the row before
-    (``before``: the last row of the previous batch)."""
-    pid, tid = batch.column(0), batch.column(1)
-    later = pc.or_(pc.not_equal(pid[1:], pid[:-1]), pc.not_equal(tid[1:], tid[:-1])).to_pylist()
-    return [(pid[0].as_py(), tid[0].as_py()) != before, *later]
+def _on_one_line(seg: np.ndarray, first: np.ndarray, ts: np.ndarray, ends: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and (sorted) ends as int64s that compare like (thread, time):
+    each thread's times moved into a range of its own, after the thread
+    before; where those ranges would pass 2^62, dense ranks instead."""
+    heads = np.flatnonzero(first == np.arange(len(ts)))
+    low = ts[heads]  # rows are sorted: a thread's first start is its least time
+    span = np.maximum.reduceat(ends, heads) - low + 1
+    if float(np.sum(span.astype(np.float64))) < 2.0**62 and np.all(span > 0):
+        shift = (np.cumsum(span) - span - low)[seg]
+        return ts + shift, np.sort(ends + shift)
+    _, rank = np.unique(np.concatenate((ts, ends)), return_inverse=True)
+    width = int(rank.max()) + 1
+    return seg * width + rank[:len(ts)], np.sort(seg * width + rank[len(ts):])
 
 
-def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path) -> None:
-    reader = con.sql(_SLICES_SQL.format(src=src)).to_arrow_reader(1 << 16)
-    before: tuple = (None, None)
-    ends: list[int] = []
-    last: list[int] = []
-    heappop, heappush = heapq.heappop, heapq.heappush
+class _Threads:
+    """Parents of slices sorted by (thread, start, longer first, event_id),
+    given batch by batch. What one batch leaves to the next is its last
+    thread's: the ends of the slices still open, and the event_id of the
+    latest slice at each depth."""
+
+    def __init__(self) -> None:
+        self._thread: tuple = (None, None)
+        self._open = np.empty(0, np.int64)  # sorted
+        self._last = np.empty(0, np.int64)  # by depth
+
+    def pairs(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(parent event_id, child duration) of each slice of ``batch``
+        (columns pid, tid, ts_ns, dur_ns, event_id) that has a parent."""
+        pid, tid = batch.column(0), batch.column(1)
+        ts, dur, eid = (batch.column(i).to_numpy() for i in (2, 3, 4))
+        m = len(ts)
+        row = np.arange(m)
+        changes = pc.or_(pc.not_equal(pid[1:], pid[:-1]), pc.not_equal(tid[1:], tid[:-1]))
+        seg = np.concatenate(([0], np.cumsum(changes.to_numpy(zero_copy_only=False))))  # thread within the batch
+        first = np.searchsorted(seg, seg)  # the row its thread starts at in this batch
+        carried = (pid[0].as_py(), tid[0].as_py()) == self._thread
+        ends = ts + np.minimum(dur, np.iinfo(np.int64).max - ts)  # past int64, the same as its last value
+        starts_at, ends_at = _on_one_line(seg, first, ts, ends)
+        # Earlier slices of the thread that end by a row's start: all that
+        # end by then, less those at or after the row (zero length, same start).
+        ended = np.searchsorted(ends_at, starts_at, "right") - first
+        zeros = np.concatenate(([0], np.cumsum(dur == 0)))
+        ended -= zeros[np.searchsorted(starts_at, starts_at, "right")] - zeros[row]
+        depth = row - first - ended
+        if carried:
+            head = seg == 0
+            depth[head] += len(self._open) - np.searchsorted(self._open, ts[head], "right")
+        # The parent: the latest row before, in the same thread, one level up;
+        # for the batch's first thread, else the one carried.
+        levels = int(depth.max()) + 1
+        keys = np.sort((seg * levels + depth) * m + row)
+        child = np.flatnonzero(depth > 0)
+        want = seg[child] * levels + depth[child] - 1
+        at = np.searchsorted(keys, want * m + child) - 1
+        found = keys[np.maximum(at, 0)] // m == want
+        found &= at >= 0
+        parents = np.empty(len(child), np.int64)
+        parents[found] = eid[keys[at[found]] % m]
+        parents[~found] = self._last[depth[child[~found]] - 1]
+        self._carry(batch, seg, depth, keys, m, levels, ts, ends, eid, carried and seg[-1] == 0)
+        return parents, dur[child]
+
+    def _carry(self, batch, seg, depth, keys, m, levels, ts, ends, eid, same) -> None:
+        """Keep the last thread's open slices and latest slice per depth."""
+        s = seg[-1]
+        lo = int(np.searchsorted(seg, s))
+        group = keys // m
+        latest = np.append(group[1:] != group[:-1], True) & (group // levels == s)
+        last = self._last if same else np.empty(0, np.int64)
+        depths = group[latest] % levels
+        self._last = np.concatenate((last, np.full(max(0, int(depths.max()) + 1 - len(last)), -1, np.int64)))
+        self._last[depths] = eid[keys[latest] % m]
+        still = np.concatenate((self._open if same else np.empty(0, np.int64), ends[lo:]))
+        self._open = np.sort(still[still > ts[-1]])
+        self._thread = (batch.column(0)[-1].as_py(), batch.column(1)[-1].as_py())
+
+
+def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path, batch_rows: int = 1 << 16) -> None:
+    reader = con.sql(_SLICES_SQL.format(src=src)).to_arrow_reader(batch_rows)
+    threads = _Threads()
     with pq.ParquetWriter(dst, _PAIR_SCHEMA, compression="lz4") as w:
         for batch in reader:
-            if not batch.num_rows:
-                continue
-            starts = _thread_starts(batch, before)
-            before = (batch.column(0)[-1].as_py(), batch.column(1)[-1].as_py())
-            ts, dur, eid = (batch.column(i).to_pylist() for i in (2, 3, 4))
-            parents: list[int] = []
-            durs: list[int] = []
-            for start, t, d, e in zip(starts, ts, dur, eid):
-                if start:
-                    ends, last = [], []
-                while ends and ends[0] <= t:
-                    heappop(ends)
-                depth = len(ends)
-                if depth:
-                    parents.append(last[depth - 1])
-                    durs.append(d)
-                if depth < len(last):
-                    last[depth] = e
-                else:
-                    last.append(e)
-                heappush(ends, t + d)
-            if parents:
-                w.write_batch(pa.record_batch([pa.array(parents, pa.int64()), pa.array(durs, pa.int64())],
-                                              schema=_PAIR_SCHEMA))
+            if batch.num_rows:
+                parents, durs = threads.pairs(batch)
+                if len(parents):
+                    w.write_batch(pa.record_batch([pa.array(parents), pa.array(durs)], schema=_PAIR_SCHEMA))
 
 
 def _final_schema(table: str) -> pa.Schema:

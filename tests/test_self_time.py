@@ -1,0 +1,137 @@
+"""Self time: which slice is whose parent (store._child_pairs).
+
+The pass is vectorized over DuckDB's sorted batches and carries state from
+one batch to the next; these tests give it batches of a few rows, so that
+threads, tie groups and open slices straddle batch boundaries. Expected
+values come from a brute-force containment search (properly nested slices)
+and from the rule spelled out one row at a time (any overlap).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oracle import self_times
+from tracedb.store import _child_pairs
+
+
+def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: int) -> dict[int, int]:
+    """Slices (pid, tid, ts, dur), event_id = position: parent -> summed child time."""
+    src, dst = tmp_path / "slices.parquet", tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({
+        "event_id": pa.array(range(len(slices)), pa.int64()),
+        "ph": ["X"] * len(slices),
+        "pid": [s[0] for s in slices], "tid": [s[1] for s in slices],
+        "ts_ns": pa.array([s[2] for s in slices], pa.int64()),
+        "dur_ns": pa.array([s[3] for s in slices], pa.int64()),
+    }), src)
+    con = duckdb.connect()
+    try:
+        _child_pairs(con, f"'{src}'", dst, batch_rows=batch_rows)
+    finally:
+        con.close()
+    sums: dict[int, int] = defaultdict(int)
+    for parent, dur in zip(*pq.read_table(dst).to_pydict().values()):
+        sums[parent] += dur
+    return dict(sums)
+
+
+def _by_rule(slices: list[tuple[str, str, int, int]]) -> dict[int, int]:
+    """The rule, one slice at a time in (thread, start, longer first,
+    event_id) order: a slice's depth is the number of earlier slices of its
+    thread that end after it starts; its parent is the latest earlier slice
+    at one depth less."""
+    order = sorted(range(len(slices)), key=lambda i: (slices[i][0], slices[i][1], slices[i][2], -slices[i][3], i))
+    sums: dict[int, int] = defaultdict(int)
+    thread, ends, last = None, [], []
+    for i in order:
+        pid, tid, ts, dur = slices[i]
+        if (pid, tid) != thread:
+            thread, ends, last = (pid, tid), [], []
+        while ends and ends[0] <= ts:
+            heapq.heappop(ends)
+        depth = len(ends)
+        if depth:
+            sums[last[depth - 1]] += dur
+        last[depth:depth + 1] = [i]
+        heapq.heappush(ends, ts + dur)
+    return dict(sums)
+
+
+def test_nested_slices_across_batches(tmp_path):
+    """Round numbers: a step of 100 with two ops, the second with a kernel
+    launch and a zero-length marker at its start; a second thread with one
+    op. Self times: 100-30-50=20, 30, 50-20-0=30, 20, 0, and 7."""
+    slices = [
+        ("1", "a", 0, 100),    # 0: step
+        ("1", "a", 10, 30),    # 1: op
+        ("1", "a", 50, 50),    # 2: op, ends with the step
+        ("1", "a", 50, 0),     # 3: marker at the op's start
+        ("1", "a", 60, 20),    # 4: launch
+        ("1", "b", 0, 7),      # 5: another thread
+    ]
+    for batch_rows in (1, 2, 3, 64):
+        sums = _child_sums(tmp_path, slices, batch_rows)
+        assert sums == {0: 80, 2: 20}, batch_rows
+        self_ns = [d - sums.get(i, 0) for i, (_, _, _, d) in enumerate(slices)]
+        assert self_ns == [20, 30, 30, 0, 20, 7]
+
+
+@st.composite
+def _nested(draw) -> list[tuple[int, int, str]]:
+    """Properly nested slices on one thread: each child inside its parent
+    and shorter, siblings apart, durations at least 1: containment is
+    unambiguous."""
+    out: list[tuple[int, int, str]] = []
+
+    def grow(start: int, dur: int, level: int) -> None:
+        out.append((start, dur, f"s{len(out)}"))
+        t = start
+        for _ in range(draw(st.integers(0, 3)) if level < 4 else 0):
+            gap = draw(st.integers(0, 3))
+            child = draw(st.integers(1, 8))
+            if child >= dur or t + gap + child > start + dur:
+                break
+            grow(t + gap, child, level + 1)
+            t += gap + child
+
+    t = 0
+    for _ in range(draw(st.integers(1, 3))):
+        grow(t, draw(st.integers(1, 60)), 0)
+        t = out[-1][0] + 100
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(nested=_nested(), batch_rows=st.integers(1, 9))
+def test_nested_self_times_match_containment(tmp_path, nested, batch_rows):
+    slices = [("1", "t", s, d) for s, d, _ in nested]
+    sums = _child_sums(tmp_path, slices, batch_rows)
+    expected = self_times(nested)
+    got = {name: d - sums.get(i, 0) for i, (_, d, name) in enumerate(nested)}
+    assert got == expected
+
+
+_slice = st.tuples(st.sampled_from(["1", "2"]), st.sampled_from(["a", "b"]),
+                   st.integers(0, 12), st.integers(0, 8))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(slices=st.lists(_slice, min_size=1, max_size=40), batch_rows=st.integers(1, 9))
+def test_any_overlap_follows_the_rule(tmp_path, slices, batch_rows):
+    """Overlapping, tied and zero-length slices on a few threads."""
+    assert _child_sums(tmp_path, slices, batch_rows) == _by_rule(slices)
+
+
+def test_times_near_the_int64_limit(tmp_path):
+    """A slice whose end would pass 2^63 still contains what starts inside it."""
+    big = 2**63 - 100
+    slices = [("1", "a", big, 2**62), ("1", "a", big + 10, 5)]
+    assert _child_sums(tmp_path, slices, 64) == {0: 5}
