@@ -70,6 +70,23 @@ def summary_path(warehouse: Path, view: str, run: str, rank: int, phase: str, fi
             / f"{file_id}.parquet")
 
 
+def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> None:
+    """Run ``sql``; if it runs out of memory on several threads, again on one.
+    Each thread holds its own share of memory_limit: on a large trace two
+    can run short where one fits (a 3M-event trace's int_op_steps, about
+    one time in five). The statement failed whole, so it simply runs again."""
+    try:
+        con.execute(sql)
+    except duckdb.OutOfMemoryException:
+        if threads == 1:
+            raise
+        con.execute("SET threads = 1")
+        try:
+            con.execute(sql)
+        finally:
+            con.execute(f"SET threads = {threads}")
+
+
 def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, *,
             file_id: str, run: str, rank: int, phase: str, distributed_info: str | None,
             threads: int = 1, memory_limit: str = "256MB") -> dict[str, Path]:
@@ -78,20 +95,6 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
     view -> written file. ``distributed_info`` is the trace's (JSON text),
     for the process groups. Raises ViewError when the library's SQL does not
     bind, duckdb.Error when running it fails on this trace."""
-    trace = dict(file_id=file_id, run=run, rank=rank, phase=phase, distributed_info=distributed_info)
-    try:
-        return _compute(warehouse, defs, tables, out_dir, trace, threads, memory_limit)
-    except duckdb.OutOfMemoryException:
-        if threads == 1:
-            raise
-    # Each thread holds its own share of memory_limit: on a large trace two
-    # can run short where one fits (seen on a 4.5M-event trace, now and then).
-    return _compute(warehouse, defs, tables, out_dir, trace, 1, memory_limit)
-
-
-def _compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, trace: dict,
-             threads: int, memory_limit: str) -> dict[str, Path]:
-    run, rank, phase = trace["run"], trace["rank"], trace["phase"]
     views = per_trace(defs)
     # In memory: the tables below are evicted to temp_directory when they
     # outgrow memory_limit (a 1 GiB trace's: 340 of 365 MB), so a trace of
@@ -109,7 +112,7 @@ def _compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_
         con.execute(
             "CREATE TABLE traces AS SELECT ? AS file_id, ? AS run, CAST(? AS BIGINT) AS rank, ? AS phase, "
             "'ok' AS status, CAST(? AS JSON) AS distributed_info",
-            [trace["file_id"], run, rank, phase, trace["distributed_info"]]
+            [file_id, run, rank, phase, distributed_info]
         )
         load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
         needed = requirements(defs, [v.name for v in views])
@@ -124,13 +127,13 @@ def _compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_
                 raise ViewError(f"{v.path}: {e}") from None
             if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
                 # computed here: an error now is this trace's, not the SQL's
-                con.execute(f"CREATE TABLE {v.name}_t AS SELECT * FROM {v.name}")
+                _run(con, f"CREATE TABLE {v.name}_t AS SELECT * FROM {v.name}", threads)
                 con.execute(f"DROP VIEW {v.name}")
                 con.execute(f"ALTER TABLE {v.name}_t RENAME TO {v.name}")
         out = {}
         for v in views:
             dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-            con.execute(f"COPY (SELECT * FROM {v.name}) TO '{dst}' (FORMAT parquet, COMPRESSION zstd)")
+            _run(con, f"COPY (SELECT * FROM {v.name}) TO '{dst}' (FORMAT parquet, COMPRESSION zstd)", threads)
             out[v.name] = dst
         return out
     finally:

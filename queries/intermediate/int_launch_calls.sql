@@ -6,18 +6,11 @@
 -- Grain: one row per run, rank, phase, trace file and correlation id.
 -- requires: stg_runtime_calls, int_steps
 CREATE OR REPLACE VIEW int_launch_calls AS
-WITH calls AS (
-    SELECT
-        run, rank, phase, file_id, correlation,
-        arg_min({'event_id': event_id, 'name': name, 'ts_ns': ts_ns, 'dur_ns': dur_ns, 'pid': pid,
-                 'tid': tid, 'external_id': external_id}, (ts_ns, event_id)) AS c
+WITH flat AS (
+    SELECT run, rank, phase, file_id, correlation, event_id, name, ts_ns, dur_ns, pid, tid, external_id
     FROM stg_runtime_calls
     WHERE correlation IS NOT NULL AND lower(cat) <> 'cuda_sync'
-    GROUP BY run, rank, phase, file_id, correlation
-),
-flat AS (
-    SELECT run, rank, phase, file_id, correlation, c.event_id, c.name, c.ts_ns, c.dur_ns, c.pid, c.tid, c.external_id
-    FROM calls
+    QUALIFY row_number() OVER (PARTITION BY run, rank, phase, file_id, correlation ORDER BY ts_ns, event_id) = 1
 )
 SELECT
     c.run, c.rank, c.phase, c.file_id,
