@@ -119,34 +119,30 @@ class _Threads:
         if carried:
             head = seg == 0
             depth[head] += len(self._open) - np.searchsorted(self._open, ts[head], "right")
-        # The parent: the latest row before, in the same thread, one level up;
-        # for the batch's first thread, else the one carried.
+        # The parent: the latest earlier row of the thread one level up; where
+        # the batch has none (its first thread only), the one carried.
         levels = int(depth.max()) + 1
         keys = np.sort((seg * levels + depth) * m + row)
+        group, rows = keys // m, keys % m  # (thread, depth), then row order
         child = np.flatnonzero(depth > 0)
         want = seg[child] * levels + depth[child] - 1
         at = np.searchsorted(keys, want * m + child) - 1
-        found = keys[np.maximum(at, 0)] // m == want
-        found &= at >= 0
+        found = (at >= 0) & (group[np.maximum(at, 0)] == want)
         parents = np.empty(len(child), np.int64)
-        parents[found] = eid[keys[at[found]] % m]
+        parents[found] = eid[rows[at[found]]]
         parents[~found] = self._last[depth[child[~found]] - 1]
-        self._carry(batch, seg, depth, keys, m, levels, ts, ends, eid, carried and seg[-1] == 0)
-        return parents, dur[child]
-
-    def _carry(self, batch, seg, depth, keys, m, levels, ts, ends, eid, same) -> None:
-        """Keep the last thread's open slices and latest slice per depth."""
-        s = seg[-1]
-        lo = int(np.searchsorted(seg, s))
-        group = keys // m
-        latest = np.append(group[1:] != group[:-1], True) & (group // levels == s)
-        last = self._last if same else np.empty(0, np.int64)
+        # For the next batch: the last thread's open slices and latest slice
+        # at each depth (added to those carried, if it is the same thread).
+        same = carried and seg[-1] == 0
+        latest = np.append(group[1:] != group[:-1], True) & (group // levels == seg[-1])
         depths = group[latest] % levels
+        last = self._last if same else np.empty(0, np.int64)
         self._last = np.concatenate((last, np.full(max(0, int(depths.max()) + 1 - len(last)), -1, np.int64)))
-        self._last[depths] = eid[keys[latest] % m]
-        still = np.concatenate((self._open if same else np.empty(0, np.int64), ends[lo:]))
+        self._last[depths] = eid[rows[latest]]
+        still = np.concatenate((self._open if same else np.empty(0, np.int64), ends[first[-1]:]))
         self._open = np.sort(still[still > ts[-1]])
-        self._thread = (batch.column(0)[-1].as_py(), batch.column(1)[-1].as_py())
+        self._thread = (pid[-1].as_py(), tid[-1].as_py())
+        return parents, dur[child]
 
 
 def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path, batch_rows: int = 1 << 16) -> None:
