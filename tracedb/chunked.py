@@ -421,10 +421,24 @@ def _text(vals: list) -> pa.Array:
         return pa.array([v if v is None or type(v) is str else _as_text(_as_read(v)) for v in vals], pa.string())
 
 
-def _pid(vals: list) -> pa.Array:
-    types = set(map(type, vals))
+def _int_text(vals: list, types: set) -> pa.Array | None:
+    """Integers (and strings) as text, as ``str`` writes them; None when a
+    value is of another type. Integer columns (nulls aside) are cast by
+    Arrow."""
+    if types - {_NONE} == {int}:
+        try:
+            return pa.array(vals, pa.int64()).cast(pa.string())
+        except OverflowError:  # past 64 bits
+            pass
     if types <= {int, str}:
         return pa.array(list(map(str, vals)), pa.string())
+    return None
+
+
+def _pid(vals: list) -> pa.Array:
+    text = _int_text(vals, set(map(type, vals)))
+    if text is not None:
+        return text
     return pa.array([v if type(v) is str else str(v) if type(v) is int else _pid_text(_as_read(v))
                      for v in vals], pa.string())
 
@@ -432,8 +446,9 @@ def _pid(vals: list) -> pa.Array:
 def _ids(vals: list) -> pa.Array:
     if vals.count(None) == len(vals):
         return _nulls(len(vals), pa.string())
-    if set(map(type, vals)) <= {int, str}:
-        return pa.array(list(map(str, vals)), pa.string())
+    text = _int_text(vals, set(map(type, vals)))
+    if text is not None:
+        return text
     return pa.array([_id_text(_as_read(v)) for v in vals], pa.string())
 
 
