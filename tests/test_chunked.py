@@ -159,6 +159,8 @@ _ODD_EVENTS = [
     '"ph": "X", "name": "t", "pid": 1180591620717411303424, "tid": "stream 7", "ts": 12, "dur": 1,'
     ' "args": {"External id": "12", "grid": [1, "2", 3.0], "device": true, "bytes": 1.0,'
     ' "Collective name": 5, "stream": 1180591620717411303424}',
+    '"ph": "X", "name": "u", "pid": 0, "tid": 7, "ts": 12.5, "dur": 1, "args": {"correlation": 1180591620717411303424,'
+    ' "memory bandwidth (GB/s)": 3, "grid": [1, 2, 3], "dtype": "float", "Process Group Ranks": "[0, 1]"}',
     '"ph": "f", "bind_id": 3, "id": null, "pid": 0, "tid": 7, "ts": 13, "cat": "ac2g", "name": "ac2g", "bp": "e"',
     '"ph": "s", "bind_id": 4, "pid": 0, "tid": 7, "ts": 13, "cat": "ac2g", "name": "ac2g"',
     '"ph": "i", "name": "mark", "pid": "Traces", "tid": "", "ts": 14, "s": "g", "args": {}',
@@ -172,7 +174,9 @@ _ODD_EVENTS = [
 def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
     """Nulls, odd types, big integers, flows bound by bind_id, escapes: the
     struct path writes what the streaming parser writes, keeping the trace's
-    spelling of args, and leaves what it does not handle to the dict path."""
+    spelling of args, and leaves what it does not handle to the dict path.
+    Args of the columns' types skip the checks per value ("u"), unless an
+    integer is past 64 bits."""
     import tracedb.chunked as chunked
 
     body = ",\n".join("  {\n    " + e + "\n  }" for e in _ODD_EVENTS)
@@ -183,9 +187,15 @@ def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
             took.append(_name)
             return _fn(*a)
         monkeypatch.setattr(chunked, fn.__name__, counted)
+    typed = []
+    monkeypatch.setattr(chunked, "_typed_column", lambda vals, *a, _f=chunked._typed_column: typed.append(vals) or _f(vals, *a))
     _assert_same(path, piece_bytes=64)
-    decline = _ODD_EVENTS.index(next(e for e in _ODD_EVENTS if '"ph": "C"' in e))
-    assert took == ["struct"] * decline + ["struct", "dict"] * (len(_ODD_EVENTS) - decline)
+    assert [1180591620717411303424] in typed and [[1, 2, 3]] in typed
+    # Pieces up to the one with the counter take the struct path; from it on,
+    # each holds an event only the dict path handles.
+    pieces = [p.data for p in SplitParser(path, piece_bytes=64).pieces()]
+    decline = next(i for i, data in enumerate(pieces) if b'"ph": "C"' in data)
+    assert took == ["struct"] * decline + ["struct", "dict"] * (len(pieces) - decline)
     rows = {r["name"]: r for r in _tables(SplitParser(path, piece_bytes=64))["events"].to_pylist()}
     assert rows["k"]["args"] == ('{"warps per SM":464.592590,"bw":1268.4387096774194,'
                                  '"s":"a \\"b\\" \\u00e9"}')
@@ -194,6 +204,8 @@ def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
     assert rows["t"]["external_id"] == 12 and rows["t"]["grid"] == [1, 2, 3]
     assert rows["t"]["device"] is None and rows["t"]["stream"] is None and rows["t"]["bytes"] == 1
     assert rows["t"]["collective_name"] == "5"
+    assert rows["u"]["correlation"] is None and rows["u"]["memory_bandwidth_gbps"] == 3.0
+    assert rows["u"]["grid"] == [1, 2, 3] and rows["u"]["dtype"] == "float" and rows["u"]["pg_ranks"] == "[0, 1]"
 
 
 _leaf = st.one_of(st.none(), st.booleans(), st.text(max_size=8), st.integers(-(2**70), 2**70),

@@ -648,9 +648,16 @@ class _Event(msgspec.Struct, gc=False):
 _ARG_FIELD = {key: f"a{i}" for i, (key, _col, _conv) in enumerate(_ARG_CONVERTERS)}
 _Args = msgspec.defstruct("_Args", [(f, Any, None) for f in _ARG_FIELD.values()],
                           rename={f: key for key, f in _ARG_FIELD.items()}, gc=False)
+# The same fields typed as their columns take them: when a piece's args all
+# decode so (most do), no value needs its type checked in Python.
+_COLUMN_PY = {pa.int64(): int, pa.float64(): int | float, pa.string(): str, pa.list_(pa.int64()): list[int]}
+_TypedArgs = msgspec.defstruct(
+    "_TypedArgs", [(_ARG_FIELD[key], _COLUMN_PY[_ARG_TYPES[col]] | None, None) for key, col, _conv in _ARG_CONVERTERS],
+    rename={f: key for key, f in _ARG_FIELD.items()}, gc=False)
 _NO_ARGS = _Args()
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _ARGS_DECODER = msgspec.json.Decoder(list[_Args | None])
+_TYPED_ARGS_DECODER = msgspec.json.Decoder(list[_TypedArgs | None])
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _GET = {key: attrgetter(key) for key in (*_FIELDS, "bp", "bind_id", "args")}
 _GET_ARG = [(col, conv, attrgetter(_ARG_FIELD[key])) for key, col, conv in _ARG_CONVERTERS]
@@ -707,9 +714,12 @@ def _struct_args(raws: list, check: _TimeCheck) -> tuple[dict[str, pa.Array], pa
     # Raw per event: cheaper than formatting each object on its own.
     compact = msgspec.json.format(b"[" + joined + b"]", indent=-1)
     try:
-        args = _ARGS_DECODER.decode(compact)
-    except msgspec.DecodeError:
-        raise _Decline from None  # args that are not objects
+        args, typed = _TYPED_ARGS_DECODER.decode(compact), True
+    except msgspec.ValidationError:
+        try:
+            args, typed = _ARGS_DECODER.decode(compact), False
+        except msgspec.DecodeError:
+            raise _Decline from None  # args that are not objects
     present = np.fromiter(map(len, raws), np.int64, n) > 0
     if None in args:  # "args": null
         for i, a in enumerate(args):
@@ -720,8 +730,22 @@ def _struct_args(raws: list, check: _TimeCheck) -> tuple[dict[str, pa.Array], pa
     for col, conv, get in _GET_ARG:
         vals = list(map(get, args))
         typ = _ARG_TYPES[col]
-        cols[col] = _nulls(n, typ) if vals.count(None) == n else _arg_column(vals, vals, typ, conv)
+        if vals.count(None) == n:
+            cols[col] = _nulls(n, typ)
+        elif typed:
+            cols[col] = _typed_column(vals, typ, conv)
+        else:
+            cols[col] = _arg_column(vals, vals, typ, conv)
     return cols, _texts(_RAWS_DECODER.decode(compact), present)
+
+
+def _typed_column(vals: list, typ: pa.DataType, conv) -> pa.Array:
+    """A typed column from values of its type (or None): Arrow takes them
+    as they are, unless an integer is past 64 bits."""
+    try:
+        return pa.array(vals, typ)
+    except (OverflowError, pa.ArrowInvalid):
+        return _arg_column(vals, vals, typ, conv)
 
 
 def _texts(raws: list, present: np.ndarray) -> pa.Array:
