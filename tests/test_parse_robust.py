@@ -204,6 +204,28 @@ def test_lone_surrogate_escapes(tmp_path: Path):
     assert [r["name"] for r in rows] == ["a\ufffdb\ufffd\ufffdc", "🚀 \\ud800"]
 
 
+def test_lone_surrogate_escapes_in_top_level_keys(tmp_path: Path, warehouse: Path):
+    """Before and after the events (a lone low surrogate also stops yajl in
+    the head): U+FFFD in the catalog, a warning, and the next file ingests."""
+    runs = tmp_path / "runs" / "r"
+    write_trace(runs / "good.json", [ev(1)])
+    (runs / "odd.json").write_bytes(
+        b'{"deviceProperties": [{"name": "gpu \\udc00"}, {"name": "\\udc00\\ud800x"}],'
+        b' "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}],'
+        b' "traceName": "t\\ud800"}')
+    db = tracedb.open(warehouse)
+    report = db.ingest([tmp_path / "runs"])
+    assert not report.failed, report.failed[0].error
+    assert sorted(Path(r.path).name for r in report.ingested) == ["good.json", "odd.json"]
+    (odd,) = [r for r in report.ingested if r.path.endswith("odd.json")]
+    assert any("'deviceProperties': lone surrogate" in w for w in odd.warnings)
+    assert any("'traceName': lone surrogate" in w for w in odd.warnings)
+    [(props, name)] = db.sql("SELECT device_properties, trace_name FROM traces WHERE trace_name IS NOT NULL").fetchall()
+    assert json.loads(props) == [{"name": "gpu \ufffd"}, {"name": "\ufffd\ufffdx"}]
+    assert name == "t\ufffd"
+    assert db.sql("SELECT count(*) FROM events").fetchall() == [(2,)]
+
+
 def test_old_kineto_quoting(tmp_path: Path, warehouse: Path):
     # pytorch#146900: Kineto wrote names with unescaped quotes (with_stack
     # frames of dynamo code), thread names with quotes, bare N/A values,

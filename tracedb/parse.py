@@ -244,6 +244,17 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def _without_surrogates(v: Any) -> Any:
+    """``v`` with U+FFFD for each lone surrogate in its strings and keys."""
+    if isinstance(v, str):
+        return _SURROGATE.sub("\ufffd", v)
+    if isinstance(v, dict):
+        return {_without_surrogates(k): _without_surrogates(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_without_surrogates(x) for x in v]
+    return v
+
+
 def _default(v: Any) -> Any:
     if isinstance(v, Decimal):
         return float(v)
@@ -444,8 +455,9 @@ class TraceParser:
                             self._set_meta(key, builder.value)
                             builder = None
                             key = None
-        except (ijson.JSONError, ijson.IncompleteJSONError):
-            # The main pass reports the error with its position.
+        except (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError):
+            # The main pass reports the error with its position (or reads
+            # past a lone surrogate escape with the tolerant reader).
             return
         except (OSError, EOFError, zlib.error):
             return
@@ -475,6 +487,10 @@ class TraceParser:
     def _set_meta(self, key: str, value: Any) -> None:
         m = self.meta
         value = _jsonable(value)
+        clean = _without_surrogates(value)
+        if clean != value:  # the catalog's JSON and text columns take UTF-8 only
+            m.warnings.append(f"top-level key {key!r}: lone surrogate escapes, U+FFFD in their place")
+            value = clean
         if key == "distributedInfo" and isinstance(value, dict):
             m.distributed_info = value
         elif key == "deviceProperties" and isinstance(value, list):
