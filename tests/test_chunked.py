@@ -188,7 +188,11 @@ def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
             return _fn(*a)
         monkeypatch.setattr(chunked, fn.__name__, counted)
     typed = []
-    monkeypatch.setattr(chunked, "_typed_column", lambda vals, *a, _f=chunked._typed_column: typed.append(vals) or _f(vals, *a))
+
+    def typed_column(vals, *a, _f=chunked._typed_column):
+        typed.append(vals)
+        return _f(vals, *a)
+    monkeypatch.setattr(chunked, "_typed_column", typed_column)
     _assert_same(path, piece_bytes=64)
     assert [1180591620717411303424] in typed and [[1, 2, 3]] in typed
     # Pieces up to the one with the counter take the struct path; from it on,
