@@ -42,8 +42,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress
+from operator import attrgetter, not_
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -567,7 +567,7 @@ def _slices(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.Reco
     return _event_batch(f, ids, arg_cols, _dump_all(args), res, check)
 
 
-def _event_batch(f: dict[str, list], ids: list[int], arg_cols: dict[str, pa.Array],
+def _event_batch(f: dict[str, list], ids: list[int] | np.ndarray, arg_cols: dict[str, pa.Array],
                  args_text: pa.Array, res: PieceResult, check) -> pa.RecordBatch:
     """The events batch from its fields (one list per key of ``_FIELDS``),
     its typed args columns and its args as JSON text."""
@@ -600,7 +600,7 @@ def _flows(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.Recor
     return _flow_batch(f, ids, res, check)
 
 
-def _flow_batch(f: dict[str, list], ids: list[int], res: PieceResult, check) -> pa.RecordBatch:
+def _flow_batch(f: dict[str, list], ids: list[int] | np.ndarray, res: PieceResult, check) -> pa.RecordBatch:
     """The flows batch from its fields (``_FLOW_FIELDS`` and ``id``)."""
     ts = _ns(f["ts"], check)
     _minmax(res, ts, pc.add(ts, pc.coalesce(_ns(f["dur"], check), 0)))
@@ -684,13 +684,15 @@ def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResul
     res = PieceResult(json_event_count=n)
     base = piece.base
     if kinds & FLOW_PHASES:
-        is_flow = [p in FLOW_PHASES for p in phs]
-        fl = [e for e, f in zip(evs, is_flow) if f]
-        fl_ids = [base + i for i, f in enumerate(is_flow) if f]
-        evs = [e for e, f in zip(evs, is_flow) if not f]
-        ids = [base + i for i, f in enumerate(is_flow) if not f]
+        # Flows apart from the other events, each with its event_id; the
+        # selection in C (compress, numpy), not a comprehension per list.
+        is_flow = list(map(FLOW_PHASES.__contains__, phs))
+        fl = list(compress(evs, is_flow))
+        evs = list(compress(evs, map(not_, is_flow)))
+        mask = np.array(is_flow)
+        fl_ids, ids = np.flatnonzero(mask) + base, np.flatnonzero(~mask) + base
     else:
-        fl, fl_ids, ids = [], [], list(range(base, base + n))
+        fl, fl_ids, ids = [], [], np.arange(base, base + n)
     if evs:
         f = {key: list(map(_GET[key], evs)) for key in _FIELDS}
         if msgspec.UNSET in f["id"]:
@@ -755,7 +757,7 @@ def _texts(raws: list, present: np.ndarray) -> pa.Array:
     lengths[~present] = 0
     offsets = np.zeros(len(raws) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    data = b"".join([r for r, p in zip(raws, present) if p])
+    data = b"".join(compress(raws, present.tolist()))
     valid = pa.array(present).buffers()[1]
     return pa.Array.from_buffers(pa.string(), len(raws), [valid, pa.py_buffer(offsets), pa.py_buffer(data)])
 
