@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,32 @@ def test_views_and_runs(wh: str):
     res = _run("-w", wh, "runs", "-f", "json")
     assert [(r["run"], r["phase"], r["file_count"], r["event_count"]) for r in json.loads(res.stdout)] == [
         ("v1", "default", 1, 4)]
+
+
+# In a fresh interpreter: the reading commands, then which of the writing
+# side's libraries they loaded (none: a query starts with DuckDB alone).
+_READ_ONLY = """
+import json, sys
+from click.testing import CliRunner
+from tracedb.cli import main
+out = [CliRunner().invoke(main, ["-w", sys.argv[1], *args]).stdout for args in (
+    ["query", "hotspots", "--format", "csv"], ["sql", "SELECT count(*) AS n FROM events", "-f", "csv"],
+    ["runs", "-f", "csv"], ["views", "hotspots"])]
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pyarrow", "numpy", "msgspec", "orjson", "ijson"})
+print(json.dumps({"out": out, "heavy": heavy}))
+"""
+
+
+def test_reading_commands_do_not_load_the_writing_side(wh: str):
+    res = subprocess.run([sys.executable, "-c", _READ_ONLY, wh], capture_output=True, text=True, check=True)
+    got = json.loads(res.stdout)
+    assert got["heavy"] == []
+    hotspots, count, runs, view = got["out"]
+    assert [(r["name"], r["calls"], r["total_us"]) for r in csv.DictReader(io.StringIO(hotspots))][:2] == [
+        ("relu", "1", "60.0"), ("gemm", "2", "40.0")]
+    assert count == "n\n4\n"
+    assert runs.splitlines()[1].startswith("v1,default,1,")
+    assert "total_us" in view
 
 
 @pytest.mark.parametrize("command", sorted(main.commands))

@@ -25,17 +25,16 @@ import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import duckdb
 
-from . import summaries
 from .errors import MigrationError, WarehouseError
-from .schema import SCHEMAS
-from .store import STAGING
-from .views import (
-    COMM_PATTERNS_CSV, ViewDef, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql,
-)
+
+# Building the views (schema, views, summaries: pyarrow) is imported by the
+# methods that write: a reader opens the catalog with DuckDB alone.
+if TYPE_CHECKING:
+    from .views import ViewDef
 
 CATALOG_NAME = "tracedb.duckdb"
 LOCK_NAME = ".tracedb.lock"
@@ -239,6 +238,11 @@ class Catalog:
                 raise
 
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        from .schema import SCHEMAS
+        from .views import (
+            COMM_PATTERNS_CSV, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql,
+        )
+
         con.execute(
             "INSERT OR REPLACE INTO catalog_info VALUES ('warehouse', ?)", [str(self.warehouse)]
         )
@@ -275,6 +279,8 @@ class Catalog:
     def _bind_summaries(self, con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
         """Define each per-trace view over its summary files when every trace
         has current ones; else over the events (its own SQL: right, slower)."""
+        from . import summaries
+
         views = summaries.per_trace(defs)
         current = summaries.fingerprint(defs, self.warehouse)
         rows = con.execute(
@@ -318,6 +324,10 @@ class Catalog:
     def refresh_summaries(self, on_wait: Callable[[str], None] | None = None) -> int:
         """Recompute the stale summaries from the events (``tracedb
         migrate``); returns how many traces were done."""
+        from . import summaries
+        from .store import STAGING
+        from .views import load_view_files
+
         defs = load_view_files(resource_dir("queries"))
         current = summaries.fingerprint(defs, self.warehouse)
         with self.writing(on_wait) as con:
