@@ -175,6 +175,17 @@ def test_rank_override_and_run_override(tmp_path: Path, warehouse: Path):
         ("custom", 3, "decode", "override")]
 
 
+@pytest.mark.parametrize("version, stored", [
+    (1, "1"), ("1.0.2", "1.0.2"), (1.5, "1.5"), ({"major": 1}, '{"major": 1}'), ([1, 2], "[1, 2]")])
+def test_schema_version_is_stored_as_json_text(tmp_path: Path, warehouse: Path, version, stored: str):
+    """schemaVersion as the trace writes it: a string as it is, any other
+    value as JSON (Kineto writes an integer)."""
+    f = write_trace(tmp_path / "r" / "rank0.json", _events(0, 1), schemaVersion=version)
+    db = tracedb.open(warehouse)
+    db.ingest([f], jobs=1)
+    assert db.sql("SELECT schema_version FROM traces").fetchall() == [(stored,)]
+
+
 def test_distributed_info_rank_wins_over_file_name(tmp_path: Path, warehouse: Path):
     f = write_trace(tmp_path / "r" / "rank7.json", _events(0, 1), distributedInfo={"rank": 2})
     db = tracedb.open(warehouse)

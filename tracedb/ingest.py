@@ -30,7 +30,7 @@ from .catalog import Catalog, resource_dir, trace_files
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
 from .chunked import NotSplittable, Piece, SplitParser, parse_piece
-from .parse import TraceMeta, TraceParser
+from .parse import TraceMeta, TraceParser, _as_text
 from .schema import TABLES
 from .store import TraceWriter, cannot_write, write_part
 from .views import load_view_files
@@ -130,7 +130,7 @@ def _row(tf: TraceFile, file_id: str, status: str, error: str | None, meta=None,
             "device_properties": json.dumps(meta.device_properties) if meta.device_properties is not None else None,
             "trace_name": meta.trace_name,
             "display_time_unit": meta.display_time_unit,
-            "schema_version": None if meta.schema_version is None else str(meta.schema_version),
+            "schema_version": _as_text(meta.schema_version),
             "metadata": json.dumps(meta.other, default=str),
             "warnings": "; ".join(meta.warnings) or None,
         })
