@@ -73,8 +73,9 @@ def summary_path(warehouse: Path, view: str, run: str, rank: int, phase: str, fi
 def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> None:
     """Run ``sql``; if it runs out of memory on several threads, again on one.
     Each thread holds its own share of memory_limit: on a large trace two
-    can run short where one fits (a 3M-event trace's int_op_steps, about
-    one time in five). The statement failed whole, so it simply runs again."""
+    can run short where one fits (seen on a 3M-event trace's largest
+    table, about one time in five). The statement failed whole, so it
+    simply runs again."""
     try:
         con.execute(sql)
     except duckdb.OutOfMemoryException:

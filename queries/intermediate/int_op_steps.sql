@@ -2,17 +2,8 @@
 -- profiler step it belongs to: CPU events by their start, kernels by their
 -- launch call's. The base of hotspots and regressions (their per-trace sums).
 -- Grain: one row per kernel, CPU op or annotation.
--- requires: stg_kernels, int_launch_calls, stg_cpu_ops, stg_annotations, int_steps
+-- requires: stg_timed_ops, int_launch_calls, int_steps
 CREATE OR REPLACE VIEW int_op_steps AS
-WITH cpu AS (
-    SELECT run, rank, phase, file_id, event_id, 'cpu_op' AS kind, name, name AS compare_name, ts_ns, dur_ns, self_ns
-    FROM stg_cpu_ops
-    UNION ALL
-    SELECT run, rank, phase, file_id, event_id, 'annotation' AS kind, name,
-        regexp_replace(name, '^ProfilerStep#[0-9]+$', 'ProfilerStep#*') AS compare_name, ts_ns, dur_ns, self_ns
-    FROM stg_annotations
-    WHERE side = 'cpu'
-)
 SELECT
     c.run, c.rank, c.phase, c.file_id, c.event_id,
     -- kernel, cpu_op or annotation.
@@ -29,15 +20,17 @@ SELECT
     CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step,
     -- The name regressions compares under: the name, but ProfilerStep#* for every ProfilerStep#N annotation.
     c.compare_name
-FROM cpu c
+FROM stg_timed_ops c
 ASOF LEFT JOIN int_steps s
     ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns
+WHERE c.kind <> 'kernel'
 UNION ALL
 -- Kernels from the launch calls alone: the CPU op behind a launch
 -- (int_kernel_launches) is not needed here, and joining it costs memory.
-SELECT k.run, k.rank, k.phase, k.file_id, k.event_id, 'kernel' AS kind, k.name, k.ts_ns, k.dur_ns,
-    k.dur_ns AS self_ns, l.step, k.name AS compare_name
-FROM stg_kernels k
+SELECT k.run, k.rank, k.phase, k.file_id, k.event_id, k.kind, k.name, k.ts_ns, k.dur_ns,
+    k.self_ns, l.step, k.compare_name
+FROM stg_timed_ops k
 LEFT JOIN int_launch_calls l
     ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
-   AND l.correlation = k.correlation;
+   AND l.correlation = k.correlation
+WHERE k.kind = 'kernel';
