@@ -6,7 +6,7 @@
 -- else (CPU) the recorded Input Dims and Input type; group size from the
 -- same, else the trace's process groups.
 -- Grain: one row per communication op.
--- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_calls, int_steps, stg_comm_args, stg_process_groups, dtype_sizes
+-- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_steps, int_steps, stg_comm_args, stg_process_groups, dtype_sizes
 -- materialize: per trace
 CREATE OR REPLACE VIEW int_comm_ops AS
 WITH kernels AS (
@@ -21,7 +21,7 @@ WITH kernels AS (
         coalesce(a.pg_desc, p.pg_desc) AS pg_desc
     FROM stg_kernels k
     JOIN int_comm_names n ON n.source = 'kernel' AND n.name = k.name
-    LEFT JOIN int_launch_calls l
+    LEFT JOIN int_launch_steps l
         ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
        AND l.correlation = k.correlation
     LEFT JOIN stg_comm_args a

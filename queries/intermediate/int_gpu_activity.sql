@@ -2,7 +2,7 @@
 -- communication kernels (comm_patterns), memory copies and sets; with the
 -- profiler step of the launch call.
 -- Grain: one row per kernel, copy or memset.
--- requires: stg_kernels, stg_memcpy, int_comm_names, int_launch_calls
+-- requires: stg_kernels, stg_memcpy, int_comm_names, int_launch_steps
 CREATE OR REPLACE VIEW int_gpu_activity AS
 WITH activity AS (
     SELECT k.run, k.rank, k.phase, k.file_id, k.event_id, k.name, k.device, k.stream, k.ts_ns, k.end_ns, k.correlation,
@@ -30,6 +30,6 @@ SELECT
     -- Profiler step of the launch call; NULL outside steps or without one.
     l.step
 FROM activity a
-LEFT JOIN int_launch_calls l
+LEFT JOIN int_launch_steps l
     ON l.run = a.run AND l.rank = a.rank AND l.phase = a.phase AND l.file_id = a.file_id
    AND l.correlation = a.correlation;

@@ -2,7 +2,7 @@
 -- profiler step it belongs to: CPU events by their start, kernels by their
 -- launch call's. The base of hotspots and regressions (their per-trace sums).
 -- Grain: one row per kernel, CPU op or annotation.
--- requires: stg_timed_ops, int_launch_calls, int_steps
+-- requires: stg_timed_ops, int_launch_steps, int_steps
 CREATE OR REPLACE VIEW int_op_steps AS
 SELECT
     c.run, c.rank, c.phase, c.file_id, c.event_id,
@@ -25,12 +25,12 @@ ASOF LEFT JOIN int_steps s
     ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns
 WHERE c.kind <> 'kernel'
 UNION ALL
--- Kernels from the launch calls alone: the CPU op behind a launch
+-- Kernels by the step of their launch call alone: the CPU op behind a launch
 -- (int_kernel_launches) is not needed here, and joining it costs memory.
 SELECT k.run, k.rank, k.phase, k.file_id, k.event_id, k.kind, k.name, k.ts_ns, k.dur_ns,
     k.self_ns, l.step, k.compare_name
 FROM stg_timed_ops k
-LEFT JOIN int_launch_calls l
+LEFT JOIN int_launch_steps l
     ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
    AND l.correlation = k.correlation
 WHERE k.kind = 'kernel';
