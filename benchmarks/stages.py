@@ -18,9 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tracedb import ingest, summaries
-from tracedb.catalog import resource_dir
-from tracedb.views import load_view_files
+# Arrow's allocator as `tracedb ingest` sets it (cli.py), before pyarrow loads.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+from tracedb import ingest, summaries  # noqa: E402
+from tracedb.catalog import resource_dir  # noqa: E402
+from tracedb.views import load_view_files  # noqa: E402
 
 
 def _peak_mib() -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,30 @@ def test_reading_commands_do_not_load_the_writing_side(wh: str):
     assert count == "n\n4\n"
     assert runs.splitlines()[1].startswith("v1,default,1,")
     assert "total_us" in view
+
+
+# In a fresh interpreter: ingest, then the allocator pyarrow took.
+_INGEST_ALLOCATOR = """
+import json, os, sys
+from click.testing import CliRunner
+from tracedb.cli import main
+res = CliRunner().invoke(main, ["-w", sys.argv[1], "ingest", sys.argv[2]])
+import pyarrow
+print(json.dumps({"code": res.exit_code, "pool": pyarrow.default_memory_pool().backend_name,
+                  "env": os.environ.get("ARROW_DEFAULT_MEMORY_POOL")}))
+"""
+
+
+@pytest.mark.parametrize("user_value, expected", [(None, "system"), ("mimalloc", "mimalloc")])
+def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path, user_value, expected):
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if user_value:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = user_value
+    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs")],
+                         capture_output=True, text=True, check=True, env=env)
+    # set in the environment, so the worker processes it spawns take it too
+    assert json.loads(res.stdout) == {"code": 0, "pool": expected, "env": expected}
 
 
 @pytest.mark.parametrize("command", sorted(main.commands))
