@@ -341,6 +341,62 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
     assert ids == sorted(ids) and len(ids) == len(set(ids)) == len(evs) - 20
 
 
+def test_a_known_trace_stops_the_parse_that_started_while_hashing(tmp_path, monkeypatch):
+    """A large trace parsed by workers starts before its hash is in. A copy
+    of a trace already ingested (at another path, so it is hashed) is
+    skipped: its parse stops within a few pieces, and nothing of it stays."""
+    import tracedb.ingest as ingest
+
+    text = _kineto_text(_events(3000), baseTimeNanoseconds=1_000_000)
+    first = _write(tmp_path / "rank-0.json", text)
+    (tmp_path / "copy").mkdir()
+    copy = _write(tmp_path / "copy" / "rank-0.json", text)
+    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    db = tracedb.TraceDB(tmp_path / "wh")
+    assert [r.status for r in db.ingest([first], run="v1", jobs=2).results] == ["ok"]
+    rows = db.sql("SELECT count(*) FROM events").fetchall()
+    read: list[int] = []
+
+    class Counting(SplitParser):
+        def pieces(self):
+            for piece in super().pieces():
+                read.append(piece.number)
+                yield piece
+
+    monkeypatch.setattr(ingest, "SplitParser", Counting)
+    report = db.ingest([copy], run="v1", jobs=2)
+    assert [(r.status, r.file_id) for r in report.results] == [("skipped", ingest.hash_file(first))]
+    total = sum(1 for _ in SplitParser(first).pieces())
+    assert total > 100 and len(read) < total
+    assert db.sql("SELECT count(*) FROM events").fetchall() == rows
+    assert list((tmp_path / "wh" / ".staging").iterdir()) == []
+
+
+def test_a_bad_large_trace_fails_alike_with_the_hash_first_or_alongside(tmp_path, monkeypatch):
+    """The parse that starts while the file is hashed (2 workers) and the one
+    after it (1) fail a truncated trace with the same error, and the
+    warehouse records it the same way."""
+    import tracedb.ingest as ingest
+
+    text = _kineto_text(_events(300))
+    (tmp_path / "runs" / "v1").mkdir(parents=True)
+    bad = _write(tmp_path / "runs" / "v1" / "rank-0.json", text[: len(text) // 2])
+    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    got = {}
+    for jobs in (1, 2):
+        db = tracedb.TraceDB(tmp_path / f"wh{jobs}")
+        (r,) = db.ingest([tmp_path / "runs"], jobs=jobs).results
+        got[jobs] = (r.status, r.file_id, r.error,
+                     db.sql("SELECT status, error FROM traces").fetchall(),
+                     list((tmp_path / f"wh{jobs}" / ".staging").iterdir()))
+    assert got[2] == got[1]
+    status, file_id, error, traces, staging = got[1]
+    assert (status, file_id, traces, staging) == ("failed", ingest.hash_file(bad), [("failed", error)], [])
+    assert error.startswith(f"{bad} at byte ") and "truncated JSON" in error
+
+
 def test_workload_generator_tiles_exactly(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from workloads import Source, write_tiled
