@@ -344,7 +344,7 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
 def test_a_known_trace_stops_the_parse_that_started_while_hashing(tmp_path, monkeypatch):
     """A large trace parsed by workers starts before its hash is in. A copy
     of a trace already ingested (at another path, so it is hashed) is
-    skipped: its parse stops within a few pieces, and nothing of it stays."""
+    skipped: its parse stops before the end, and nothing of it stays."""
     import tracedb.ingest as ingest
 
     text = _kineto_text(_events(3000), baseTimeNanoseconds=1_000_000)
