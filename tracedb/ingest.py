@@ -245,6 +245,9 @@ def stage(path: Path, warehouse: Path, split: bool, workers: int,
 
 
 _Staged = tuple[TraceMeta, TraceWriter] | Exception | None
+# Errors a file's content causes: they fail that file only (the library
+# calls too, when the file's values break them).
+_FILE_ERRORS = (TraceFormatError, duckdb.Error, pa.ArrowException)
 
 
 def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_ids: frozenset[str],
@@ -268,7 +271,7 @@ def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_i
         return stage(tf.path, warehouse, split, workers, stop)
     except Stopped:
         return None
-    except (TraceFormatError, duckdb.Error, pa.ArrowException) as e:
+    except _FILE_ERRORS as e:
         return e
 
 
@@ -324,8 +327,7 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
             for rel in files.values():
                 (warehouse / rel).unlink(missing_ok=True)
             raise cannot_write(warehouse, e) from None
-    except (TraceFormatError, duckdb.Error, pa.ArrowException) as e:
-        # A library call that the file's values broke fails this file only, too.
+    except _FILE_ERRORS as e:
         result.error = str(e) if isinstance(e, TraceFormatError) else (
             f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}")
         result.seconds = time.perf_counter() - t0
