@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import duckdb
 import pyarrow as pa
@@ -167,6 +167,20 @@ def _never() -> bool:
     return False
 
 
+def _unless_stopped(items: Iterator, stop: Callable[[], bool]) -> Iterator:
+    """``items``, raising Stopped before the next one once ``stop()`` is
+    true. It keeps no reference to an item it gave: a 4 MB piece is freed
+    as soon as the caller lets go of it."""
+    items = iter(items)
+    while True:
+        if stop():
+            raise Stopped
+        try:
+            yield next(items)
+        except StopIteration:
+            return
+
+
 def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[], bool]) -> TraceMeta:
     """The split fast path: pieces parsed here (workers=1) or in ``workers``
     processes, each staging its own Parquet parts. Raises NotSplittable, or
@@ -183,9 +197,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 
     if workers <= 1:
         # Parts here too: finalize then sorts each piece on its own, not the trace.
-        for piece in sp.pieces():
-            if stop():
-                raise Stopped
+        for piece in _unless_stopped(sp.pieces(), stop):
             staged(*_parse_piece_to_parts(piece, str(path), dsts(piece), writer.warehouse))
         sp.finish()
         return sp.meta
@@ -200,9 +212,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
                 staged(*f.result())
 
         try:
-            for piece in sp.pieces():
-                if stop():
-                    raise Stopped
+            for piece in _unless_stopped(sp.pieces(), stop):
                 pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts(piece), writer.warehouse))
                 del piece
                 while len(pending) > workers:
@@ -234,9 +244,7 @@ def stage(path: Path, warehouse: Path, split: bool, workers: int,
                 writer.discard()
                 writer = TraceWriter(warehouse)
         parser = TraceParser(path)
-        for table, batch in parser.batches():
-            if stop():
-                raise Stopped
+        for table, batch in _unless_stopped(parser.batches(), stop):
             writer.write(table, batch)
         return parser.meta, writer
     except BaseException:
@@ -253,8 +261,8 @@ _FILE_ERRORS = (TraceFormatError, duckdb.Error, pa.ArrowException)
 def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_ids: frozenset[str],
                          workers: int) -> _Staged:
     """stage()'s outcome: its result, the error it raised on the file (for
-    the caller to raise once the hash is in), or None when it stopped
-    because the hash says the file is known or cannot be read."""
+    the caller to raise once the hash is in), or None when the hash says
+    the file is known or cannot be read (nothing it staged is kept)."""
     def stop() -> bool:
         return hashed.done() and (hashed.exception() is not None or hashed.result() in known_ids)
 
@@ -268,11 +276,16 @@ def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_i
     if stop():
         return None
     try:
-        return stage(tf.path, warehouse, split, workers, stop)
+        staged = stage(tf.path, warehouse, split, workers, stop)
     except Stopped:
         return None
     except _FILE_ERRORS as e:
         return e
+    wait([hashed])
+    if stop():  # the hash came in after the last piece
+        staged[1].discard()
+        return None
+    return staged
 
 
 def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] = frozenset(),
@@ -289,8 +302,6 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
     try:
         file_id = hashed.result()
     except OSError as e:
-        if isinstance(staged, tuple):
-            staged[1].discard()
         file_id = "unreadable-" + hashlib.blake2b(str(tf.path).encode(), digest_size=8).hexdigest()
         result.file_id = file_id
         result.error = f"{tf.path}: cannot read: {e.strerror or e}"
@@ -298,8 +309,6 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
         return result
     result.file_id = file_id
     if file_id in known_ids:
-        if isinstance(staged, tuple):
-            staged[1].discard()
         result.status = "skipped"
         return result
     writer: TraceWriter | None = None
