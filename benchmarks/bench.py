@@ -7,11 +7,14 @@ table (``--json`` also writes the figures).
 
     python benchmarks/bench.py --quick                 # a couple of minutes
     python benchmarks/bench.py --workdir /big/tmp      # the issue's sizes
+    python benchmarks/bench.py --smoke                 # seconds: does it work? (tests run it)
 
 In the same run, the "afternoon baseline" (benchmarks/baseline.py:
 json.load, build columns, write one Parquet file) reads the same input, so
 the ratio holds on a noisy machine. Peak RSS is that of the whole process
-tree (workers included), polled from /proc.
+tree (workers included), polled from /proc. After each ingest, the warehouse
+must hold every event the workload was made with, or the run is reported
+as failed: a fast ingest that lost events is not a figure.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ MARTS = ("hotspots", "comm_latency", "overlap", "regressions")
 
 SIZES = {
     # name: big file bytes, 4x file bytes, rank files, ranks per run, total events of the rank files
+    "smoke": dict(big=10 << 20, huge=40 << 20, ranks=4, rank_events=160_000, repeats=1),
     "quick": dict(big=64 << 20, huge=256 << 20, ranks=8, rank_events=2_000_000, repeats=1),
     "full": dict(big=1 << 30, huge=4 << 30, ranks=128, rank_events=100_000_000, repeats=3),
 }
@@ -94,6 +98,18 @@ def tracedb_cmd(wh: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "tracedb.cli", "-w", str(wh), *args]
 
 
+def check_rows(wh: Path, events: int) -> None:
+    """Raise RuntimeError unless the warehouse's events, flows and counters
+    hold ``events`` rows: every event the workload was made with (it has
+    no B/E pairs, which would become one row each)."""
+    out = run_measured(tracedb_cmd(wh, "sql", "--format", "csv", (
+        "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM flows)"
+        " + (SELECT count(*) FROM counters)")))["stdout"]
+    rows = int(out.splitlines()[-1])
+    if rows != events:
+        raise RuntimeError(f"{wh}: the warehouse holds {rows:,} rows for {events:,} events of the workload")
+
+
 def drop_caches() -> bool:
     """Drop the OS page cache for a truly cold query (needs root; else False)."""
     try:
@@ -119,10 +135,11 @@ def median(xs: list[float]) -> float:
 class Bench:
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.size = SIZES["quick" if args.quick else "full"]
+        mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+        self.size = SIZES[mode]
         self.repeats = args.repeats or self.size["repeats"]
         self.work = Path(args.workdir)
-        self.results: dict = {"mode": "quick" if args.quick else "full", "machine": machine(),
+        self.results: dict = {"mode": mode, "machine": machine(),
                                "ingest": [], "scaling": [], "queries": [], "warehouse": {}}
         src = CORPUS / args.source if not Path(args.source).is_absolute() else Path(args.source)
         if not src.exists():
@@ -162,6 +179,7 @@ class Bench:
             cmd[-1:-1] = ["-j", str(jobs)]
         r = run_measured(cmd)
         r["warehouse_bytes"] = dir_bytes(wh)
+        check_rows(wh, json.loads(path.with_suffix(path.suffix + ".meta").read_text())["events"])
         shutil.rmtree(wh, ignore_errors=True)
         return r
 
@@ -212,13 +230,15 @@ class Bench:
 
     # many rank files -------------------------------------------------------
 
-    def rank_files(self) -> tuple[Path, int, int]:
-        """Two runs (v1, v2) of ranks/2 rank files each, rank_events in all."""
+    def rank_files(self) -> tuple[Path, int, dict[Path, int]]:
+        """Two runs (v1, v2) of ranks/2 rank files each, rank_events in all;
+        returns their folder, JSON bytes and events per file."""
         root = self.work / "ranks"
         n = self.size["ranks"]
         per_file = self.size["rank_events"] // n
         tiles = tiles_for_events(self.source, per_file)
-        total_bytes = total_events = 0
+        total_bytes = 0
+        events: dict[Path, int] = {}
         t0 = time.perf_counter()
         for i in range(n):
             run, rank = ("v1", i) if i < n // 2 else ("v2", i - n // 2)
@@ -231,12 +251,12 @@ class Bench:
                 raw, ev = write_tiled(self.source, path, tiles, rank=rank,
                                       tile_offset=(tiles if run == "v2" else 0))
             total_bytes += raw
-            total_events += ev
-        self.log(f"made {n} rank files: {total_bytes / 1e9:.2f} GB, {total_events:,} events "
+            events[path] = ev
+        self.log(f"made {n} rank files: {total_bytes / 1e9:.2f} GB, {sum(events.values()):,} events "
                  f"in {time.perf_counter() - t0:.0f} s")
-        return root, total_bytes, total_events
+        return root, total_bytes, events
 
-    def bench_scaling(self, root: Path) -> None:
+    def bench_scaling(self, root: Path, events: dict[Path, int]) -> None:
         """--jobs 1..cores on a subset of the rank files."""
         cores = os.cpu_count() or 1
         subset = self.work / "subset"
@@ -251,6 +271,7 @@ class Bench:
             wh = self.work / "wh-scaling"
             shutil.rmtree(wh, ignore_errors=True)
             r = run_measured(tracedb_cmd(wh, "ingest", "-j", str(jobs), str(subset)))
+            check_rows(wh, sum(events[f] for f in files))
             shutil.rmtree(wh, ignore_errors=True)
             self.log(f"{len(files)} files, --jobs {jobs}: {r['seconds']:.1f} s, "
                      f"{nbytes / 1e6 / r['seconds']:.1f} MB/s, peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
@@ -267,6 +288,7 @@ class Bench:
         wh = self.work / "wh-ranks"
         shutil.rmtree(wh, ignore_errors=True)
         r = run_measured(tracedb_cmd(wh, "ingest", str(root)))
+        check_rows(wh, events)
         self.log(f"ingested {root}: {r['seconds']:.0f} s, {json_bytes / 1e6 / r['seconds']:.1f} MB/s, "
                  f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
         self.results["ingest"].append({
@@ -291,7 +313,8 @@ class Bench:
         for mart in self.args.marts.split(","):
             cmd = tracedb_cmd(wh, "query", mart, *args_for.get(mart, ["--run", "v2"]),
                               "--limit", "20", "--format", "csv")
-            cold_dropped = drop_caches()
+            # --smoke runs in the tests: it leaves the machine's page cache alone.
+            cold_dropped = self.results["mode"] != "smoke" and drop_caches()
             try:
                 cold = run_measured(cmd)
             except RuntimeError as e:
@@ -334,8 +357,8 @@ class Bench:
             huge.unlink()
         if not only or "ranks" in only:
             root, nbytes, events = self.rank_files()
-            self.bench_scaling(root)
-            wh = self.bench_warehouse(root, nbytes, events)
+            self.bench_scaling(root, events)
+            wh = self.bench_warehouse(root, nbytes, sum(events.values()))
             if not self.args.keep:
                 shutil.rmtree(root, ignore_errors=True)
             self.bench_queries(wh)
@@ -406,7 +429,8 @@ def table(results: dict) -> str:
                 lines.append(f"| {q['mart']} | {cold} | {q['warm_seconds']:.2f} | {q['rows']} |")
         if any(not q.get("cold_cache_dropped", True) for q in results["queries"]):
             lines.append("")
-            lines.append("* cold = first run in a new process; the OS page cache could not be dropped (not root)")
+            lines.append("* cold = first run in a new process; the OS page cache was not dropped "
+                         "(not root, or --smoke)")
     if results["warehouse"]:
         w = results["warehouse"]
         by = ", ".join(f"{t} {b / 1e6:.0f} MB" for t, b in w["parquet_bytes_by_table"].items())
@@ -421,7 +445,9 @@ def table(results: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes (a couple of minutes), for CI")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a couple of minutes)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny sizes (seconds): checks that the script and the ingests work, measures nothing")
     ap.add_argument("--workdir", help="where workloads and warehouses go (default: a temp dir, removed)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     ap.add_argument("--source", default=DEFAULT_SOURCE,

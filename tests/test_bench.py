@@ -1,0 +1,70 @@
+"""The benchmark script runs from a clone and refuses figures for an ingest
+that lost events (benchmarks/bench.py). Its --smoke sizes take seconds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, corpus_file, trace_events, write_trace
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench  # noqa: E402
+
+SOURCE = "hta/nccl_parser_config/nccl_data.json.gz"
+
+
+def test_smoke_run_prints_and_writes_every_figure(tmp_path):
+    source = corpus_file(SOURCE)
+    out = tmp_path / "bench.json"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--smoke", "--keep", "--query-repeats", "1",
+         "--workdir", str(tmp_path / "work"), "--json", str(out), "--source", str(source)],
+        capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("tracedb benchmark (smoke):")
+    results = json.loads(out.read_text())
+
+    # The rank files are kept: count their events with json.load.
+    rank_files = sorted((tmp_path / "work" / "ranks").rglob("*.json"))
+    assert len(rank_files) == 4
+    events = sum(len(trace_events(f)) for f in rank_files)
+    one_tile = len(trace_events(source))  # each rank file is one tile of the source
+    assert events == 4 * one_tile
+
+    ingest = {e["workload"]: e for e in results["ingest"]}
+    assert [e.get("error") for e in ingest.values()] == [None] * 4  # every warehouse held every event
+    assert ingest["4 rank files (default --jobs)"]["events"] == events
+    assert results["warehouse"]["events"] == events
+    big = ingest["1 trace, 0.0098 GiB"]
+    assert big["events"] == one_tile and big["speedup"] > 0 and big["peak_rss_mib"] > 0
+    assert ingest["1 trace, 0.0098 GiB, .json.gz"]["events"] == one_tile
+    assert ingest["1 trace, 0.039 GiB"]["events"] == len(trace_events(source)) * 4 - _meta_events(source) * 3
+
+    assert results["scaling"][0]["jobs"] == 1 and results["scaling"][0]["speedup"] == 1.0
+    assert [q["mart"] for q in results["queries"]] == ["hotspots", "comm_latency", "overlap", "regressions"]
+    assert all("error" not in q and q["rows"] > 0 and q["warm_seconds"] > 0 for q in results["queries"])
+    assert 0 < results["warehouse"]["ratio"] < 1
+    for line in ("| hotspots |", "| 4 rank files (default --jobs) | 39 |", "Warehouse: "):
+        assert line in r.stdout
+
+
+def _meta_events(path) -> int:
+    """Process/thread metadata events: written once, not per tile."""
+    return sum(1 for e in trace_events(path) if e.get("ph") == "M")
+
+
+def test_a_warehouse_short_of_the_workload_fails_the_run(tmp_path):
+    trace = write_trace(tmp_path / "t.json", [
+        {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+        {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 2, "dur": 3},
+        {"ph": "i", "name": "c", "pid": 1, "tid": 1, "ts": 4, "s": "t"},
+    ])
+    wh = tmp_path / "wh"
+    subprocess.run(bench.tracedb_cmd(wh, "ingest", str(trace)), check=True, capture_output=True)
+    bench.check_rows(wh, 3)
+    with pytest.raises(RuntimeError, match="holds 3 rows for 4 events"):
+        bench.check_rows(wh, 4)
