@@ -13,8 +13,9 @@ In the same run, the "afternoon baseline" (benchmarks/baseline.py:
 json.load, build columns, write one Parquet file) reads the same input, so
 the ratio holds on a noisy machine. Peak RSS is that of the whole process
 tree (workers included), polled from /proc. After each ingest, the warehouse
-must hold every event the workload was made with, or the run is reported
-as failed: a fast ingest that lost events is not a figure.
+must hold every event the workload was made with: a fast ingest that lost
+events is not a figure (a single trace's is reported as failed; the rank
+files' stops the run).
 """
 
 from __future__ import annotations
