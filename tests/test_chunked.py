@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracedb
-from conftest import corpus_file
+from conftest import corpus_file, trace_events
 from tracedb.chunked import NotSplittable, SplitParser, _is_time_value
 from tracedb.parse import TraceParser
 from tracedb.schema import ARG_COLUMNS
@@ -395,6 +395,40 @@ def test_a_bad_large_trace_fails_alike_with_the_hash_first_or_alongside(tmp_path
     status, file_id, error, traces, staging = got[1]
     assert (status, file_id, traces, staging) == ("failed", ingest.hash_file(bad), [("failed", error)], [])
     assert error.startswith(f"{bad} at byte ") and "truncated JSON" in error
+
+
+def test_a_large_gzip_that_cannot_be_read_to_its_end_fails_alone(tmp_path, monkeypatch):
+    """A large .json.gz cut short (an interrupted copy) or with a wrong
+    checksum breaks the reading itself, not the JSON. The fast path leaves it
+    to the streaming parser, whose error names the file; the good trace beside
+    it is ingested. (The reading's own exception used to end the whole
+    ingest: an EOFError, which click prints as "Aborted!".)"""
+    import tracedb.ingest as ingest
+
+    data = gzip.compress(_kineto_text(_events(3000), baseTimeNanoseconds=1_000_000).encode())
+    runs = tmp_path / "runs" / "v1"
+    runs.mkdir(parents=True)
+    cut = runs / "rank-0.json.gz"
+    cut.write_bytes(data[: len(data) * 3 // 4])
+    crc = runs / "rank-1.json.gz"
+    crc.write_bytes(data[:-8] + bytes(8))  # CRC-32 and size zeroed
+    good = _write(runs / "rank-2.json", _kineto_text(_events(10)))
+    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    says = {cut: "truncated gzip", crc: "corrupt gzip"}
+    # One file after another here (--jobs 1), and each bad one alone with
+    # its pieces parsed by 2 workers.
+    db = tracedb.TraceDB(tmp_path / "wh")
+    results = {Path(r.path): r for r in db.ingest([tmp_path / "runs"], jobs=1).results}
+    for path in says:
+        (r,) = tracedb.TraceDB(tmp_path / f"wh-{path.name}").ingest([path], run="v1", jobs=2).results
+        assert (r.status, r.error) == ("failed", results[path].error)
+    assert {path: r.status for path, r in results.items()} == {cut: "failed", crc: "failed", good: "ok"}
+    for path, what in says.items():
+        assert results[path].error.startswith(f"{path} at byte ") and what in results[path].error
+    n_events = sum(1 for e in trace_events(good) if e["ph"] not in "stfC")
+    assert db.sql("SELECT count(*) FROM events").fetchall() == [(n_events,)]
+    assert list((tmp_path / "wh" / ".staging").iterdir()) == []
 
 
 def test_workload_generator_tiles_exactly(tmp_path):

@@ -40,6 +40,7 @@ import gzip
 import io
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import chain, compress
@@ -174,6 +175,16 @@ def _open(path: Path) -> io.BufferedIOBase:
     return f
 
 
+def _read(f: io.BufferedIOBase, n: int) -> bytes:
+    """The next ``n`` bytes. A file that cannot be read to its end (a
+    truncated or corrupt gzip, an I/O error) is the streaming parser's: it
+    says where and what, in the file's error."""
+    try:
+        return f.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        raise NotSplittable(f"cannot read: {e}") from None
+
+
 class Splitter:
     """Reads a trace (plain or gzip) once, front to back, and yields its
     event array as pieces of about ``piece_bytes``; ``head``/``tail`` are the
@@ -185,12 +196,14 @@ class Splitter:
         self.form = "object"
         self.head = b""
         self.tail = b""
-        self.bytes_read = 0
 
     def pieces(self) -> Iterator[Piece]:
-        with _open(self.path) as f:
-            buf = f.read(min(_READ_BYTES, self.piece_bytes))
-            self.bytes_read = len(buf)
+        try:
+            f = _open(self.path)
+        except OSError as e:
+            raise NotSplittable(f"cannot read: {e}") from None
+        with f:
+            buf = _read(f, min(_READ_BYTES, self.piece_bytes))
             if buf.startswith(b"\xef\xbb\xbf"):
                 buf = buf[3:]
             start, sep = self._find_start(f, buf)
@@ -200,8 +213,7 @@ class Splitter:
             number = base = 0
             carry = buf
             while True:
-                block = f.read(self.piece_bytes)
-                self.bytes_read += len(block)
+                block = _read(f, self.piece_bytes)
                 if not block:
                     break
                 cut = block.rfind(sep)
@@ -242,8 +254,7 @@ class Splitter:
                 return m.end() - 1, b"\n" + ws[nl + 1:] + b"{"
             if len(buf) > _HEAD_LIMIT:
                 raise NotSplittable("no traceEvents array near the start")
-            more = f.read(min(_READ_BYTES, self.piece_bytes))
-            self.bytes_read += len(more)
+            more = _read(f, min(_READ_BYTES, self.piece_bytes))
             if not more:
                 raise NotSplittable("no traceEvents array")
             buf += more
