@@ -71,9 +71,9 @@ def main() -> None:
         wh = Path(tmp)
         steps = Steps()
         file_id = steps.run("hash", ingest.hash_file, args.trace)
-        # split=True: the fast path, as ingest takes it for any large trace.
+        # The fast path with workers, as ingest takes it for a large trace alone.
         # (Ingest overlaps the hash with the parse; here each is on its own.)
-        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, True, args.workers)
+        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers)
         writer.file_id = file_id
         steps.run("finalize", writer.finalize, meta.base_time_ns or 0, threads=threads)
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None

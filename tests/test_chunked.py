@@ -270,7 +270,7 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
     text = _kineto_text(evs, distributedInfo={"rank": 1}, baseTimeNanoseconds=1_000_000)
     (tmp_path / "runs" / "v1").mkdir(parents=True)
     _write(tmp_path / "runs" / "v1" / "rank-1.json", text)
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
     monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 64 << 10)
     pieces = []
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
@@ -285,7 +285,12 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
     fast.ingest([tmp_path / "runs"], jobs=2)
     assert len(pieces) > 4 and sum(pieces) == len(evs)
     monkeypatch.undo()
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1 << 60)
+
+    class Declining(SplitParser):  # the streaming parser alone: the reference
+        def pieces(self):
+            raise NotSplittable("the reference")
+
+    monkeypatch.setattr(ingest, "SplitParser", Declining)
     ref = tracedb.TraceDB(tmp_path / "wh-ref")
     ref.ingest([tmp_path / "runs"], jobs=1)
     q = ("SELECT * EXCLUDE (file_id) FROM {} ORDER BY event_id{}")
@@ -295,6 +300,24 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
         assert a == b, table
     n_events = sum(1 for e in evs if isinstance(e, dict) and e["ph"] not in "stfC")
     assert fast.sql("SELECT count(*) FROM events").fetchall()[0][0] == n_events
+
+
+def test_a_small_trace_takes_the_fast_path_too(tmp_path, monkeypatch):
+    """Not only large files: a 50 KB Kineto trace is parsed by the fast path
+    (the streaming parser is not asked), with every event in the warehouse."""
+    import tracedb.ingest as ingest
+
+    evs = _events(100)
+    path = _write(tmp_path / "rank-0.json", _kineto_text(evs, baseTimeNanoseconds=1_000_000))
+    assert path.stat().st_size < 64 << 10
+    monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
+    db = tracedb.TraceDB(tmp_path / "wh")
+    assert [r.status for r in db.ingest([path], run="v1", jobs=2).results] == ["ok"]
+    counts = db.sql("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM flows), "
+                    "(SELECT count(*) FROM counters)").fetchall()
+    assert counts == [(sum(1 for e in evs if e["ph"] not in "stfC"),
+                       sum(1 for e in evs if e["ph"] in "stf"),
+                       sum(len(e["args"]) for e in evs if e["ph"] == "C"))]
 
 
 def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
@@ -322,7 +345,7 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
     (tmp_path / "runs" / "v1").mkdir(parents=True)
     _write(tmp_path / "runs" / "v1" / "rank-0.json",
            _kineto_text(evs, baseTimeNanoseconds=1_000_000_000))
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
     monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
     db = tracedb.TraceDB(tmp_path / "wh")
@@ -351,7 +374,7 @@ def test_a_known_trace_stops_the_parse_that_started_while_hashing(tmp_path, monk
     first = _write(tmp_path / "rank-0.json", text)
     (tmp_path / "copy").mkdir()
     copy = _write(tmp_path / "copy" / "rank-0.json", text)
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
     monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
     db = tracedb.TraceDB(tmp_path / "wh")
     assert [r.status for r in db.ingest([first], run="v1", jobs=2).results] == ["ok"]
@@ -382,7 +405,7 @@ def test_a_bad_large_trace_fails_alike_with_the_hash_first_or_alongside(tmp_path
     text = _kineto_text(_events(300))
     (tmp_path / "runs" / "v1").mkdir(parents=True)
     bad = _write(tmp_path / "runs" / "v1" / "rank-0.json", text[: len(text) // 2])
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
     monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
     got = {}
     for jobs in (1, 2):
@@ -413,7 +436,7 @@ def test_a_large_gzip_that_cannot_be_read_to_its_end_fails_alone(tmp_path, monke
     crc = runs / "rank-1.json.gz"
     crc.write_bytes(data[:-8] + bytes(8))  # CRC-32 and size zeroed
     good = _write(runs / "rank-2.json", _kineto_text(_events(10)))
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
     monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
     says = {cut: "truncated gzip", crc: "corrupt gzip"}
     # One file after another here (--jobs 1), and each bad one alone with
