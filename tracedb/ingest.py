@@ -143,10 +143,14 @@ def _row(tf: TraceFile, file_id: str, status: str, error: str | None, meta=None,
     return row
 
 
+def _json_bytes(tf: TraceFile) -> int:
+    """About how much JSON the file holds (a .gz about 10x its size)."""
+    return tf.size_bytes * (10 if tf.path.name.endswith(".gz") else 1)
+
+
 def _workers_worthy(tf: TraceFile) -> bool:
-    """Large enough for parse workers (a .gz counts about 10x its size)."""
-    size = tf.size_bytes * (10 if tf.path.name.endswith(".gz") else 1)
-    return size >= WORKERS_MIN_BYTES
+    """Large enough for parse workers."""
+    return _json_bytes(tf) >= WORKERS_MIN_BYTES
 
 
 def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Path):
@@ -488,7 +492,10 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
         else:
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-                futures = {pool.submit(ingest_file, str(warehouse), tf, known_ids, 1) for tf in pending}
+                # The largest first: a large trace last would be left to
+                # one core at the end, the others idle.
+                largest_first = sorted(pending, key=_json_bytes, reverse=True)
+                futures = {pool.submit(ingest_file, str(warehouse), tf, known_ids, 1) for tf in largest_first}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:
