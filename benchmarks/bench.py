@@ -172,7 +172,7 @@ class Bench:
         path.with_suffix(path.suffix + ".meta").write_text(json.dumps({"json_bytes": raw, "events": events}))
         return path
 
-    def ingest_once(self, path: Path, jobs: int | None = None) -> dict:
+    def ingest_once(self, path: Path, events: int, jobs: int | None = None) -> dict:
         wh = self.work / "wh-single"
         shutil.rmtree(wh, ignore_errors=True)
         cmd = tracedb_cmd(wh, "ingest", "--run", "bench", str(path))
@@ -180,7 +180,7 @@ class Bench:
             cmd[-1:-1] = ["-j", str(jobs)]
         r = run_measured(cmd)
         r["warehouse_bytes"] = dir_bytes(wh)
-        check_rows(wh, json.loads(path.with_suffix(path.suffix + ".meta").read_text())["events"])
+        check_rows(wh, events)
         shutil.rmtree(wh, ignore_errors=True)
         return r
 
@@ -208,7 +208,7 @@ class Bench:
                          f"peak {b['peak_rss_bytes'] / 2**20:.0f} MiB")
             else:
                 b = None
-            r = self.ingest_once(path)
+            r = self.ingest_once(path, meta["events"])
             self.log(f"{label} tracedb #{i + 1}: {r['seconds']:.1f} s, {mb / r['seconds']:.1f} MB/s, "
                      f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
             rows.append((r, b))

@@ -140,5 +140,5 @@ def test_unwritable_staging_is_one_clear_error(tmp_path):
     wh.mkdir()
     (wh / STAGING).write_text("in the way")
     with pytest.raises(WarehouseError) as err:
-        TraceWriter(wh, "abc")
+        TraceWriter(wh)
     assert str(err.value) == f"{wh}: cannot write the warehouse: Not a directory"

@@ -284,12 +284,12 @@ def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
 class TraceWriter:
     """Stage, finalize and publish the Parquet files of one trace."""
 
-    def __init__(self, warehouse: Path, file_id: str | None = None):
-        """``file_id`` (the content hash) may be set later, before finalize:
-        ingest parses a large trace while it is hashed."""
+    def __init__(self, warehouse: Path):
         self.warehouse = warehouse
-        self.file_id = file_id
-        self.dir = warehouse / STAGING / f"{file_id or 'trace'}.{uuid.uuid4().hex[:8]}"
+        # The content hash: set by the caller before finalize (ingest parses
+        # a large trace while it is hashed).
+        self.file_id: str | None = None
+        self.dir = warehouse / STAGING / f"trace.{uuid.uuid4().hex[:8]}"
         try:
             self.dir.mkdir(parents=True)
         except OSError as e:
