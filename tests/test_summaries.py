@@ -105,6 +105,49 @@ def test_views_read_summaries_and_match_the_events(wh: Path):
     db.close()
 
 
+def _rows(path: Path) -> list[tuple]:
+    return sorted((tuple(_norm(v) for v in r) for r in duckdb.sql(f"SELECT * FROM '{path}'").fetchall()), key=repr)
+
+
+@pytest.mark.parametrize("rebind_after", [0, 1 << 40], ids=["rebinding-after-each", "one-connection"])
+def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path, tmp_path: Path, monkeypatch,
+                                                                        rebind_after: int):
+    # An ingest binds the library once and runs it over trace after trace;
+    # nothing of one trace may reach the next. Every trace of the warehouse,
+    # twice over, against a connection of its own per trace.
+    from tracedb import summaries
+    from tracedb.catalog import resource_dir
+    from tracedb.views import load_view_files
+
+    monkeypatch.setattr(summaries, "REBIND_AFTER_BYTES", rebind_after)
+    defs = load_view_files(resource_dir("queries"))
+    db = tracedb.open(wh)
+    traces = db.sql("SELECT file_id, run, rank, phase, files, distributed_info FROM traces "
+                    "WHERE status = 'ok' ORDER BY source_path").fetchall()
+    db.close()
+    assert len(traces) >= 5
+    spill = tmp_path / "spill"
+    nonempty = set()
+    with summaries.Summarizer(wh, defs, spill) as summarizer:
+        for rep in range(2):
+            for file_id, run, rank, phase, files, info in traces:
+                tables = {t: wh / rel for t, rel in json.loads(files).items()}
+                shared, alone = tmp_path / f"shared{rep}.{file_id}", tmp_path / f"alone{rep}.{file_id}"
+                shared.mkdir()
+                alone.mkdir()
+                kw = dict(file_id=file_id, run=run, rank=rank, phase=phase, distributed_info=info)
+                made = summarizer.compute(tables, shared, **kw)
+                expected = summaries.compute(wh, defs, tables, alone, **kw)
+                assert made.keys() == expected.keys() == PER_TRACE
+                for view in PER_TRACE:
+                    rows = _rows(made[view])
+                    assert rows == _rows(expected[view]), (file_id, view)
+                    if rows:
+                        nonempty.add(view)
+    assert nonempty == PER_TRACE
+    assert not spill.exists()
+
+
 def two_ranks(tmp_path: Path) -> tuple[Path, tracedb.TraceDB]:
     """A warehouse of the 2-rank fixture (run fx)."""
     write_ranks(tmp_path / "runs", run="fx")

@@ -330,7 +330,8 @@ class Catalog:
 
         defs = load_view_files(resource_dir("queries"))
         current = summaries.fingerprint(defs, self.warehouse)
-        with self.writing(on_wait) as con:
+        spill = self.warehouse / STAGING / f"summaries.spill.{os.getpid()}"
+        with self.writing(on_wait) as con, summaries.Summarizer(self.warehouse, defs, spill) as summarizer:
             rows = con.execute(
                 "SELECT file_id, run, rank, phase, files, distributed_info, source_path FROM traces "
                 "WHERE status = 'ok' AND summaries_fingerprint IS DISTINCT FROM ?", [current]
@@ -340,8 +341,8 @@ class Catalog:
                 work = self.warehouse / STAGING / f"summaries.{file_id}.{os.getpid()}"
                 try:
                     work.mkdir(parents=True, exist_ok=True)
-                    made = summaries.compute(self.warehouse, defs, tables, work, file_id=file_id, run=run,
-                                             rank=rank, phase=phase, distributed_info=info)
+                    made = summarizer.compute(tables, work, file_id=file_id, run=run, rank=rank, phase=phase,
+                                              distributed_info=info)
                     done = summaries.publish(self.warehouse, made, run, rank, phase, file_id)
                 except (duckdb.Error, OSError) as e:
                     why = getattr(e, "strerror", None) or str(e).splitlines()[0]
@@ -350,7 +351,7 @@ class Catalog:
                     shutil.rmtree(work, ignore_errors=True)
                 con.execute(
                     "UPDATE traces SET summaries = ?, summaries_fingerprint = ? "
-                    "WHERE file_id = ? AND status = 'ok'", [json.dumps(done), current, file_id]
+                    "WHERE file_id = ? AND status = 'ok'", [json.dumps(done), summarizer.fingerprint, file_id]
                 )
         return len(rows)
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import multiprocessing.util
 import os
 import time
+import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from .errors import TraceFormatError, WarehouseError
 from .chunked import NotSplittable, Piece, SplitParser, parse_piece
 from .parse import TraceMeta, TraceParser, _as_text
 from .schema import TABLES
-from .store import TraceWriter, cannot_write, write_part
+from .store import STAGING, TraceWriter, cannot_write, write_part
 from .views import load_view_files
 
 COMMIT_EVERY_FILES = 64
@@ -296,8 +298,14 @@ def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_i
     return staged
 
 
-def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] = frozenset(),
-                threads: int = 1, workers: int = 1) -> FileResult:
+def new_summarizer(warehouse: Path, threads: int) -> summaries.Summarizer:
+    """The summaries of one ingest (process): the library bound once."""
+    return summaries.Summarizer(warehouse, load_view_files(resource_dir("queries")),
+                                warehouse / STAGING / f"summaries.{uuid.uuid4().hex[:8]}", threads=threads)
+
+
+def ingest_file(warehouse: str | Path, tf: TraceFile, summarizer: summaries.Summarizer,
+                known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1) -> FileResult:
     """Parse, write and publish one file (not yet registered in the catalog).
     A large file is parsed by ``workers`` processes while it is hashed."""
     warehouse = Path(warehouse)
@@ -329,14 +337,9 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
         if meta.distributed_info:
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, threads=threads)
-        defs = load_view_files(resource_dir("queries"))
-        # Taken before computing: if comm_patterns.csv changes meanwhile, the
-        # summaries read as stale (recomputed), never as current.
-        fingerprint = summaries.fingerprint(defs, warehouse)
-        made = summaries.compute(
-            warehouse, defs, writer.final, writer.dir, file_id=file_id, run=tf.run, rank=tf.rank, phase=tf.phase,
-            distributed_info=json.dumps(meta.distributed_info) if meta.distributed_info is not None else None,
-            threads=threads)
+        made = summarizer.compute(
+            writer.final, writer.dir, file_id=file_id, run=tf.run, rank=tf.rank, phase=tf.phase,
+            distributed_info=json.dumps(meta.distributed_info) if meta.distributed_info is not None else None)
         files = writer.publish(tf.run, tf.rank, tf.phase)
         try:
             summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, file_id)
@@ -360,8 +363,22 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, known_ids: frozenset[str] 
     result.seconds = time.perf_counter() - t0
     result.row = _row(tf, file_id, "ok", None, meta, files, result.seconds)
     result.row["summaries"] = json.dumps(summary_files)
-    result.row["summaries_fingerprint"] = fingerprint
+    result.row["summaries_fingerprint"] = summarizer.fingerprint
     return result
+
+
+_worker_summarizer: summaries.Summarizer | None = None
+
+
+def _ingest_in_worker(warehouse: str, tf: TraceFile, known_ids: frozenset[str]) -> FileResult:
+    """``ingest_file`` in a ``--jobs`` worker process, with one summarizer
+    for the traces it ingests, closed (its spill folder removed) as the
+    process exits."""
+    global _worker_summarizer
+    if _worker_summarizer is None:
+        _worker_summarizer = new_summarizer(Path(warehouse), threads=1)
+        multiprocessing.util.Finalize(None, _worker_summarizer.close, exitpriority=10)
+    return ingest_file(warehouse, tf, _worker_summarizer, known_ids)
 
 
 def _known(catalog: Catalog) -> tuple[frozenset[str], dict[tuple, str]]:
@@ -487,15 +504,16 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
         if jobs <= 1 or len(pending) <= 1:
             threads = max(1, os.cpu_count() or 1) if len(pending) == 1 else 1
             workers = jobs if len(pending) == 1 else 1
-            for tf in pending:
-                done(ingest_file(warehouse, tf, known_ids, threads, workers))
+            with new_summarizer(warehouse, threads) as summarizer:
+                for tf in pending:
+                    done(ingest_file(warehouse, tf, summarizer, known_ids, threads, workers))
         else:
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 # The largest first: a large trace last would be left to
                 # one core at the end, the others idle.
                 largest_first = sorted(pending, key=_json_bytes, reverse=True)
-                futures = {pool.submit(ingest_file, str(warehouse), tf, known_ids, 1) for tf in largest_first}
+                futures = {pool.submit(_ingest_in_worker, str(warehouse), tf, known_ids) for tf in largest_first}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -35,6 +36,11 @@ from .schema import SCHEMAS
 from .views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, raw_view_sql
 
 SUMMARY_DIR = "summaries"
+# A Summarizer's connection closes after a trace whose Parquet files are this
+# large: DuckDB holds the memory a trace's tables took until its connection
+# closes (after a 190 MB trace, 120-160 MiB; after a 10 MB one, about 40),
+# and binding anew (0.1 s) is little beside such a trace.
+REBIND_AFTER_BYTES = 2 << 20
 
 
 def per_trace(defs: list[ViewDef]) -> list[ViewDef]:
@@ -88,57 +94,141 @@ def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> None:
             con.execute(f"SET threads = {threads}")
 
 
+class Summarizer:
+    """The per-trace views bound once, on one DuckDB connection, then run
+    over one trace after another (``compute``). Binding the library is as
+    long as computing a small trace's summaries (about 55 ms each), so an
+    ingest binds once per process, not once per trace.
+
+    The connection is made at the first trace, and ``fingerprint`` taken
+    then, just before comm_patterns.csv is read: if the file changes
+    afterwards, these summaries read as stale (recomputed), never as
+    current. DuckDB spills to ``spill_dir``, which ``close`` removes."""
+
+    def __init__(self, warehouse: Path, defs: list[ViewDef], spill_dir: Path, *, threads: int = 1,
+                 memory_limit: str = "256MB") -> None:
+        self.warehouse = warehouse
+        self.defs = defs
+        self.spill_dir = spill_dir
+        self.threads = threads
+        self.memory_limit = memory_limit
+        self.fingerprint: str | None = None  # of the summaries computed last
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._tables: list[str] = []  # views computed as tables, in dependency order
+
+    def __enter__(self) -> Summarizer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        shutil.rmtree(self.spill_dir, ignore_errors=True)
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        # In memory: the tables below are evicted to temp_directory when they
+        # outgrow memory_limit (a 1 GiB trace's: 340 of 365 MB), so a trace of
+        # any size fits. A database file would also compress them on write: 12%
+        # slower on a 1 GiB trace, the same on a 4 GiB one, for nothing kept.
+        con = duckdb.connect(config={"threads": self.threads, "memory_limit": self.memory_limit,
+                                     "temp_directory": str(self.spill_dir),
+                                     "preserve_insertion_order": False})
+        self._tables = []
+        try:
+            con.execute("SET enable_progress_bar = false")  # it would draw on stderr
+            for table in SCHEMAS:
+                con.execute(raw_view_sql(table, []))
+            self._traces(con, "", "", 0, "", None)
+            self.fingerprint = fingerprint(self.defs, self.warehouse)
+            load_comm_patterns(con, self.warehouse / COMM_PATTERNS_CSV)
+            needed = requirements(self.defs, [v.name for v in per_trace(self.defs)])
+            # Over one trace, an intermediate view read by two others (launch
+            # calls, steps, op steps) is computed once, as a table; the rest stay
+            # views (staging views are filters, cheaper to re-read than to copy).
+            # Such a view is kept as <name>__src; a trace's table takes its name.
+            readers = Counter(dep for v in needed for dep in v.requires)
+            for v in needed:
+                try:
+                    con.execute(v.sql)
+                except duckdb.Error as e:
+                    raise ViewError(f"{v.path}: {e}") from None
+                if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
+                    con.execute(f"ALTER VIEW {v.name} RENAME TO {v.name}__src")
+                    con.execute(f"CREATE VIEW {v.name} AS SELECT * FROM {v.name}__src")  # for the readers to bind
+                    self._tables.append(v.name)
+            for name in self._tables:
+                con.execute(f"DROP VIEW {name}")
+        except BaseException:
+            con.close()
+            self._tables.clear()
+            raise
+        return con
+
+    @staticmethod
+    def _traces(con: duckdb.DuckDBPyConnection, file_id: str, run: str, rank: int, phase: str,
+                distributed_info: str | None) -> None:
+        # The one row of the catalog's traces table that the library reads.
+        con.execute(
+            "CREATE OR REPLACE TABLE traces AS SELECT ? AS file_id, ? AS run, CAST(? AS BIGINT) AS rank, "
+            "? AS phase, 'ok' AS status, CAST(? AS JSON) AS distributed_info",
+            [file_id, run, rank, phase, distributed_info]
+        )
+
+    def compute(self, tables: dict[str, Path], out_dir: Path, *, file_id: str, run: str, rank: int, phase: str,
+                distributed_info: str | None) -> dict[str, Path]:
+        """Run the per-trace views over one trace's final Parquet files
+        (``tables``: table -> file) and write each to ``out_dir``; returns
+        view -> written file. ``distributed_info`` is the trace's (JSON text),
+        for the process groups. Raises ViewError when the library's SQL does
+        not bind, duckdb.Error when running it fails on this trace."""
+        if self._con is None:
+            self._con = self._connect()
+        con = self._con
+        large = sum(p.stat().st_size for p in tables.values()) >= REBIND_AFTER_BYTES
+        try:
+            for table in SCHEMAS:
+                files = [str(tables[table])] if table in tables else []
+                con.execute(raw_view_sql(table, files, partition=(run, rank, phase)))
+            self._traces(con, file_id, run, rank, phase, distributed_info)
+            for name in self._tables:  # computed here: an error now is this trace's, not the SQL's
+                _run(con, f"CREATE TABLE {name} AS SELECT * FROM {name}__src", self.threads)
+            out = {}
+            for v in per_trace(self.defs):
+                dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
+                _run(con, f"COPY (SELECT * FROM {v.name}) TO '{dst}' (FORMAT parquet, COMPRESSION zstd)",
+                     self.threads)
+                out[v.name] = dst
+            return out
+        finally:
+            self._clear(rebind=large)
+
+    def _clear(self, rebind: bool) -> None:
+        """Drop a trace's tables (their spilled blocks go), or the
+        connection: after a large trace, or a fatal error, after which it can
+        run nothing. The next trace then gets a new one."""
+        assert self._con is not None
+        if not rebind:
+            try:
+                for name in self._tables:
+                    self._con.execute(f"DROP TABLE IF EXISTS {name}")
+                return
+            except duckdb.Error:
+                pass
+        self._con.close()
+        self._con = None
+
+
 def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, *,
             file_id: str, run: str, rank: int, phase: str, distributed_info: str | None,
             threads: int = 1, memory_limit: str = "256MB") -> dict[str, Path]:
-    """Run the per-trace views over one trace's final Parquet files
-    (``tables``: table -> file) and write each to ``out_dir``; returns
-    view -> written file. ``distributed_info`` is the trace's (JSON text),
-    for the process groups. Raises ViewError when the library's SQL does not
-    bind, duckdb.Error when running it fails on this trace."""
-    views = per_trace(defs)
-    # In memory: the tables below are evicted to temp_directory when they
-    # outgrow memory_limit (a 1 GiB trace's: 340 of 365 MB), so a trace of
-    # any size fits. A database file would also compress them on write: 12%
-    # slower on a 1 GiB trace, the same on a 4 GiB one, for nothing kept.
-    con = duckdb.connect(config={"threads": threads, "memory_limit": memory_limit,
-                                 "temp_directory": str(out_dir / "spill"),
-                                 "preserve_insertion_order": False})
-    con.execute("SET enable_progress_bar = false")  # it would draw on stderr
-    try:
-        for table in SCHEMAS:
-            files = [str(tables[table])] if table in tables else []
-            con.execute(raw_view_sql(table, files, partition=(run, rank, phase)))
-        # The one column of the catalog's traces table that the library reads.
-        con.execute(
-            "CREATE TABLE traces AS SELECT ? AS file_id, ? AS run, CAST(? AS BIGINT) AS rank, ? AS phase, "
-            "'ok' AS status, CAST(? AS JSON) AS distributed_info",
-            [file_id, run, rank, phase, distributed_info]
-        )
-        load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
-        needed = requirements(defs, [v.name for v in views])
-        # Over one trace, an intermediate view read by two others (launch
-        # calls, steps, op steps) is computed once, as a table; the rest stay
-        # views (staging views are filters, cheaper to re-read than to copy).
-        readers = Counter(dep for v in needed for dep in v.requires)
-        for v in needed:
-            try:
-                con.execute(v.sql)
-            except duckdb.Error as e:
-                raise ViewError(f"{v.path}: {e}") from None
-            if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
-                # computed here: an error now is this trace's, not the SQL's
-                _run(con, f"CREATE TABLE {v.name}_t AS SELECT * FROM {v.name}", threads)
-                con.execute(f"DROP VIEW {v.name}")
-                con.execute(f"ALTER TABLE {v.name}_t RENAME TO {v.name}")
-        out = {}
-        for v in views:
-            dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-            _run(con, f"COPY (SELECT * FROM {v.name}) TO '{dst}' (FORMAT parquet, COMPRESSION zstd)", threads)
-            out[v.name] = dst
-        return out
-    finally:
-        con.close()
+    """``Summarizer.compute`` for one trace, on a connection of its own that
+    spills into ``out_dir``."""
+    with Summarizer(warehouse, defs, out_dir / "spill", threads=threads, memory_limit=memory_limit) as s:
+        return s.compute(tables, out_dir, file_id=file_id, run=run, rank=rank, phase=phase,
+                         distributed_info=distributed_info)
 
 
 def publish(warehouse: Path, made: dict[str, Path], run: str, rank: int, phase: str,
