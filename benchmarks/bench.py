@@ -42,10 +42,10 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 MARTS = ("hotspots", "comm_latency", "overlap", "regressions")
 
 SIZES = {
-    # name: big file bytes, 4x file bytes, rank files, ranks per run, total events of the rank files
-    "smoke": dict(big=10 << 20, huge=40 << 20, ranks=4, rank_events=160_000, repeats=1),
-    "quick": dict(big=64 << 20, huge=256 << 20, ranks=8, rank_events=2_000_000, repeats=1),
-    "full": dict(big=1 << 30, huge=4 << 30, ranks=128, rank_events=100_000_000, repeats=3),
+    # name: big file bytes, 4x file bytes, rank files, their total events, small rank files (one tile each)
+    "smoke": dict(big=10 << 20, huge=40 << 20, ranks=4, rank_events=160_000, small=4, repeats=1),
+    "quick": dict(big=64 << 20, huge=256 << 20, ranks=8, rank_events=2_000_000, small=16, repeats=1),
+    "full": dict(big=1 << 30, huge=4 << 30, ranks=128, rank_events=100_000_000, small=64, repeats=3),
 }
 
 
@@ -153,7 +153,7 @@ class Bench:
 
     def check_space(self) -> None:
         s = self.size
-        need = 1.4 * (s["big"] + s["huge"]) + 0.3 * s["big"] + 300 * s["rank_events"] * 1.3
+        need = 1.4 * (s["big"] + s["huge"]) + 0.3 * s["big"] + 300 * s["rank_events"] * 1.3 + 12e6 * s["small"]
         free = shutil.disk_usage(self.work).free
         self.log(f"workdir {self.work}: {free / 1e9:.1f} GB free, about {need / 1e9:.1f} GB needed")
         if free < need:
@@ -228,6 +228,36 @@ class Bench:
             entry["baseline_peak_rss_mib"] = med([b["peak_rss_bytes"] / 2**20 for _, b in rows])
             entry["speedup"] = entry["mb_per_s"] / entry["baseline_mb_per_s"]
         self.results["ingest"].append(entry)
+
+    # many small rank files -------------------------------------------------
+
+    def bench_small(self) -> None:
+        """Rank files of one tile of the source each (about 10 MB for the
+        default one), as small inference captures or HTA's test traces are:
+        what each trace costs besides its events shows here."""
+        n = self.size["small"]
+        root = self.work / "small"
+        nbytes = events = 0
+        for i in range(n):
+            raw, ev = write_tiled(self.source, root / "v1" / f"rank-{i}.json", 1, rank=i)
+            nbytes += raw
+            events += ev
+        label = f"{n} rank files of {nbytes / n / 1e6:.0f} MB (default --jobs)"
+        runs = []
+        for i in range(self.repeats):
+            r = self.ingest_once(root, events)
+            self.log(f"{label} #{i + 1}: {r['seconds']:.1f} s, {nbytes / 1e6 / r['seconds']:.1f} MB/s, "
+                     f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
+            runs.append(r)
+        seconds = median([r["seconds"] for r in runs])
+        self.results["ingest"].append({
+            "workload": label, "file": root.name, "json_mb": nbytes / 1e6, "events": events,
+            "file_mb": nbytes / 1e6, "runs": len(runs), "seconds": seconds, "mb_per_s": nbytes / 1e6 / seconds,
+            "events_per_s": events / seconds, "peak_rss_mib": median([r["peak_rss_bytes"] / 2**20 for r in runs]),
+            "warehouse_mb": median([r["warehouse_bytes"] / 1e6 for r in runs]),
+        })
+        if not self.args.keep:
+            shutil.rmtree(root, ignore_errors=True)
 
     # many rank files -------------------------------------------------------
 
@@ -356,6 +386,8 @@ class Bench:
                 self.results["notes"] = self.results.get("notes", []) + [
                     "baseline skipped on the 4x trace: json.load would need ~5x the file in memory"]
             huge.unlink()
+        if not only or "small" in only:
+            self.bench_small()
         if not only or "ranks" in only:
             root, nbytes, events = self.rank_files()
             self.bench_scaling(root, events)
@@ -455,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"trace to tile, relative to ../shared/corpus (default: {DEFAULT_SOURCE})")
     ap.add_argument("--repeats", type=int, help="runs per single-trace workload (median; default 3, quick 1)")
     ap.add_argument("--query-repeats", type=int, default=3, help="warm runs per query (median)")
-    ap.add_argument("--only", help="comma list: single, ranks")
+    ap.add_argument("--only", help="comma list: single, small, ranks")
     ap.add_argument("--marts", default=",".join(MARTS), help=f"marts to time (default: {','.join(MARTS)})")
     ap.add_argument("--keep", action="store_true", help="keep what the run made in the workdir")
     ap.add_argument("--reuse", action="store_true", help="reuse rank files an earlier --keep run left")
@@ -470,7 +502,7 @@ def main(argv: list[str] | None = None) -> None:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         elif args.workdir and not args.keep:
-            for sub in ("single", "ranks", "subset", "wh-single", "wh-scaling", "wh-ranks"):
+            for sub in ("single", "small", "ranks", "subset", "wh-single", "wh-scaling", "wh-ranks"):
                 shutil.rmtree(Path(args.workdir) / sub, ignore_errors=True)
     print(table(results))
     if args.json:

@@ -35,9 +35,13 @@ def test_smoke_run_prints_and_writes_every_figure(tmp_path):
     one_tile = len(trace_events(source))  # each rank file is one tile of the source
     assert events == 4 * one_tile
 
+    small = sorted((tmp_path / "work" / "small").rglob("*.json"))
+    assert len(small) == 4 and sum(len(trace_events(f)) for f in small) == 4 * one_tile
+
     ingest = {e["workload"]: e for e in results["ingest"]}
-    assert [e.get("error") for e in ingest.values()] == [None] * 4  # every warehouse held every event
+    assert [e.get("error") for e in ingest.values()] == [None] * 5  # every warehouse held every event
     assert ingest["4 rank files (default --jobs)"]["events"] == events
+    assert ingest["4 rank files of 10 MB (default --jobs)"]["events"] == 4 * one_tile
     assert results["warehouse"]["events"] == events
     big = ingest["1 trace, 0.0098 GiB"]
     assert big["events"] == one_tile and big["speedup"] > 0 and big["peak_rss_mib"] > 0
