@@ -172,13 +172,10 @@ class Bench:
         path.with_suffix(path.suffix + ".meta").write_text(json.dumps({"json_bytes": raw, "events": events}))
         return path
 
-    def ingest_once(self, path: Path, events: int, jobs: int | None = None) -> dict:
+    def ingest_once(self, path: Path, events: int) -> dict:
         wh = self.work / "wh-single"
         shutil.rmtree(wh, ignore_errors=True)
-        cmd = tracedb_cmd(wh, "ingest", "--run", "bench", str(path))
-        if jobs:
-            cmd[-1:-1] = ["-j", str(jobs)]
-        r = run_measured(cmd)
+        r = run_measured(tracedb_cmd(wh, "ingest", "--run", "bench", str(path)))
         r["warehouse_bytes"] = dir_bytes(wh)
         check_rows(wh, events)
         shutil.rmtree(wh, ignore_errors=True)
