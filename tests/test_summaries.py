@@ -148,6 +148,34 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
     assert not spill.exists()
 
 
+def test_a_trace_that_fails_leaves_the_summarizer_to_the_next(wh: Path, tmp_path: Path):
+    from tracedb import summaries
+    from tracedb.catalog import resource_dir
+    from tracedb.views import load_view_files
+
+    defs = load_view_files(resource_dir("queries"))
+    db = tracedb.open(wh)
+    file_id, run, rank, phase, files, info = db.sql(
+        "SELECT file_id, run, rank, phase, files, distributed_info FROM traces "
+        "WHERE status = 'ok' ORDER BY source_path LIMIT 1").fetchall()[0]
+    db.close()
+    tables = {t: wh / rel for t, rel in json.loads(files).items()}
+    kw = dict(file_id=file_id, run=run, rank=rank, phase=phase, distributed_info=info)
+    bad = tmp_path / "events.parquet"
+    bad.write_bytes(b"not parquet at all" * 100)
+    (tmp_path / "alone").mkdir()
+    expected = summaries.compute(wh, defs, tables, tmp_path / "alone", **kw)
+    with summaries.Summarizer(wh, defs, tmp_path / "spill") as summarizer:
+        for i in range(2):  # a good trace, then a broken one, then the good one again
+            out = tmp_path / f"good{i}"
+            out.mkdir()
+            made = summarizer.compute(tables, out, **kw)
+            assert {v: _rows(p) for v, p in made.items()} == {v: _rows(p) for v, p in expected.items()}
+            if i == 0:
+                with pytest.raises(duckdb.Error):
+                    summarizer.compute({**tables, "events": bad}, tmp_path, **kw)
+
+
 def two_ranks(tmp_path: Path) -> tuple[Path, tracedb.TraceDB]:
     """A warehouse of the 2-rank fixture (run fx)."""
     write_ranks(tmp_path / "runs", run="fx")
