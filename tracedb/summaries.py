@@ -96,8 +96,8 @@ def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> None:
 
 class Summarizer:
     """The per-trace views bound once, on one DuckDB connection, then run
-    over one trace after another (``compute``). Binding the library is as
-    long as computing a small trace's summaries (about 55 ms each), so an
+    over one trace after another (``compute``). Binding the library takes
+    about 55 ms, as long as computing a small trace's summaries, so an
     ingest binds once per process, not once per trace.
 
     The connection is made at the first trace, and ``fingerprint`` taken
