@@ -196,7 +196,13 @@ class Bench:
 
     def _bench_single(self, label: str, path: Path, baseline: bool, repeats: int) -> None:
         meta = json.loads(path.with_suffix(path.suffix + ".meta").read_text())
-        mb = meta["json_bytes"] / 1e6
+        self.bench_ingest(label, path, meta["json_bytes"], meta["events"], path.stat().st_size, baseline, repeats)
+
+    def bench_ingest(self, label: str, path: Path, json_bytes: int, events: int, file_bytes: int,
+                     baseline: bool, repeats: int) -> None:
+        """Ingest ``path`` (a trace or a folder) ``repeats`` times, with the
+        baseline before each when asked; the medians go in the ingest table."""
+        mb = json_bytes / 1e6
         rows = []
         for i in range(repeats):
             if baseline:
@@ -205,20 +211,20 @@ class Bench:
                          f"peak {b['peak_rss_bytes'] / 2**20:.0f} MiB")
             else:
                 b = None
-            r = self.ingest_once(path, meta["events"])
+            r = self.ingest_once(path, events)
             self.log(f"{label} tracedb #{i + 1}: {r['seconds']:.1f} s, {mb / r['seconds']:.1f} MB/s, "
                      f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
             rows.append((r, b))
         med = lambda xs: median([x for x in xs if x is not None])  # noqa: E731
         entry = {
-            "workload": label, "file": path.name, "json_mb": mb, "events": meta["events"],
-            "file_mb": path.stat().st_size / 1e6, "runs": repeats,
+            "workload": label, "file": path.name, "json_mb": mb, "events": events,
+            "file_mb": file_bytes / 1e6, "runs": repeats,
             "seconds": med([r["seconds"] for r, _ in rows]),
             "peak_rss_mib": med([r["peak_rss_bytes"] / 2**20 for r, _ in rows]),
             "warehouse_mb": med([r["warehouse_bytes"] / 1e6 for r, _ in rows]),
         }
         entry["mb_per_s"] = mb / entry["seconds"]
-        entry["events_per_s"] = meta["events"] / entry["seconds"]
+        entry["events_per_s"] = events / entry["seconds"]
         if baseline:
             entry["baseline_seconds"] = med([b["seconds"] for _, b in rows])
             entry["baseline_mb_per_s"] = mb / entry["baseline_seconds"]
@@ -240,19 +246,7 @@ class Bench:
             nbytes += raw
             events += ev
         label = f"{n} rank files of {nbytes / n / 1e6:.0f} MB (default --jobs)"
-        runs = []
-        for i in range(self.repeats):
-            r = self.ingest_once(root, events)
-            self.log(f"{label} #{i + 1}: {r['seconds']:.1f} s, {nbytes / 1e6 / r['seconds']:.1f} MB/s, "
-                     f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
-            runs.append(r)
-        seconds = median([r["seconds"] for r in runs])
-        self.results["ingest"].append({
-            "workload": label, "file": root.name, "json_mb": nbytes / 1e6, "events": events,
-            "file_mb": nbytes / 1e6, "runs": len(runs), "seconds": seconds, "mb_per_s": nbytes / 1e6 / seconds,
-            "events_per_s": events / seconds, "peak_rss_mib": median([r["peak_rss_bytes"] / 2**20 for r in runs]),
-            "warehouse_mb": median([r["warehouse_bytes"] / 1e6 for r in runs]),
-        })
+        self.bench_ingest(label, root, nbytes, events, nbytes, False, self.repeats)
         if not self.args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
