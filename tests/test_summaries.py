@@ -109,6 +109,16 @@ def _rows(path: Path) -> list[tuple]:
     return sorted((tuple(_norm(v) for v in r) for r in duckdb.sql(f"SELECT * FROM '{path}'").fetchall()), key=repr)
 
 
+def _ok_traces(wh: Path) -> list[tuple[str, str, int, str, dict[str, Path], str | None]]:
+    """(file_id, run, rank, phase, table -> file, distributed_info) of each trace, by source path."""
+    db = tracedb.open(wh)
+    rows = db.sql("SELECT file_id, run, rank, phase, files, distributed_info FROM traces "
+                  "WHERE status = 'ok' ORDER BY source_path").fetchall()
+    db.close()
+    return [(f, run, rank, phase, {t: wh / rel for t, rel in json.loads(files).items()}, info)
+            for f, run, rank, phase, files, info in rows]
+
+
 @pytest.mark.parametrize("rebind_after", [0, 1 << 40], ids=["rebinding-after-each", "one-connection"])
 def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path, tmp_path: Path, monkeypatch,
                                                                         rebind_after: int):
@@ -121,17 +131,13 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
 
     monkeypatch.setattr(summaries, "REBIND_AFTER_BYTES", rebind_after)
     defs = load_view_files(resource_dir("queries"))
-    db = tracedb.open(wh)
-    traces = db.sql("SELECT file_id, run, rank, phase, files, distributed_info FROM traces "
-                    "WHERE status = 'ok' ORDER BY source_path").fetchall()
-    db.close()
+    traces = _ok_traces(wh)
     assert len(traces) >= 5
     spill = tmp_path / "spill"
     nonempty = set()
     with summaries.Summarizer(wh, defs, spill) as summarizer:
         for rep in range(2):
-            for file_id, run, rank, phase, files, info in traces:
-                tables = {t: wh / rel for t, rel in json.loads(files).items()}
+            for file_id, run, rank, phase, tables, info in traces:
                 shared, alone = tmp_path / f"shared{rep}.{file_id}", tmp_path / f"alone{rep}.{file_id}"
                 shared.mkdir()
                 alone.mkdir()
@@ -154,12 +160,7 @@ def test_a_trace_that_fails_leaves_the_summarizer_to_the_next(wh: Path, tmp_path
     from tracedb.views import load_view_files
 
     defs = load_view_files(resource_dir("queries"))
-    db = tracedb.open(wh)
-    file_id, run, rank, phase, files, info = db.sql(
-        "SELECT file_id, run, rank, phase, files, distributed_info FROM traces "
-        "WHERE status = 'ok' ORDER BY source_path LIMIT 1").fetchall()[0]
-    db.close()
-    tables = {t: wh / rel for t, rel in json.loads(files).items()}
+    file_id, run, rank, phase, tables, info = _ok_traces(wh)[0]
     kw = dict(file_id=file_id, run=run, rank=rank, phase=phase, distributed_info=info)
     bad = tmp_path / "events.parquet"
     bad.write_bytes(b"not parquet at all" * 100)
