@@ -324,7 +324,8 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
     """Nesting that spans pieces (children written before their parents, a
     slice holding the whole trace written last; events without a phase make
     pieces whose rows are not in file order): self times by construction,
-    and the published file in event_id order."""
+    and the published file in event_id order, in whole row groups across
+    pieces."""
     import pyarrow.parquet as pq
 
     import tracedb.ingest as ingest
@@ -348,6 +349,7 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
     monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
     monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
+    monkeypatch.setattr("tracedb.store.FINAL_ROW_GROUP", 100)
     db = tracedb.TraceDB(tmp_path / "wh")
     db.ingest([tmp_path / "runs"], jobs=2)
     expected = {"whole": 100000 - 20 * 4000}
@@ -361,7 +363,9 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch):
     assert db.sql("SELECT ts_ns FROM events WHERE name = 'step3'").fetchall() == [(15_000_000 + 1_000_000_000,)]
     (path,) = (tmp_path / "wh" / "events").rglob("*.parquet")
     ids = pq.read_table(path, columns=["event_id"]).column("event_id").to_pylist()
-    assert ids == sorted(ids) and len(ids) == len(set(ids)) == len(evs) - 20
+    assert ids == sorted(ids) and len(ids) == len(set(ids)) == len(evs) - 20 == 441
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 100, 100, 41]
 
 
 def test_a_known_trace_stops_the_parse_that_started_while_hashing(tmp_path, monkeypatch):
