@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tracedb
 from conftest import corpus_file, trace_events
-from tracedb.chunked import NotSplittable, SplitParser, _is_time_value
+from tracedb.chunked import NotSplittable, SplitParser, _is_time_value, count_events
 from tracedb.parse import TraceParser
 from tracedb.schema import ARG_COLUMNS
 
@@ -147,6 +147,14 @@ def test_only_times_with_four_decimals_need_decimals():
     assert not at_dot(b'{"name": "v1.2345"}')
     assert not at_dot(b'{"ats": 12.3456}')
     assert not at_dot(b'.1234')
+
+
+@given(st.binary(max_size=80).map(lambda b: bytes(b" \n{a"[x % 4] for x in b)), st.integers(0, 4))
+def test_events_counted_like_bytes_count(data, indent):
+    """The splitter's count of event starts is bytes.count's, whatever the
+    indent (none: a newline and a brace)."""
+    sep = b"\n" + b" " * indent + b"{"
+    assert count_events(data, sep) == data.count(sep)
 
 
 # Events as a profiler might write them, one per piece below: the struct path
