@@ -48,6 +48,11 @@ COMMIT_EVERY_S = 5.0
 # save (a lone 40 MB trace: 2.25-2.44 s in one process, 2.41-2.59 s with 2
 # workers; 80 MB: the same; 160 MB: 5.18-5.48 s against 4.64-4.70).
 WORKERS_MIN_BYTES = 64 << 20
+# Up to this much JSON, an ingest into a new warehouse makes its first commit
+# (the view library, 0.6 s) on a thread at the start. That connection leaves
+# about 40 MiB with the process until it ends: worth it where the commit is
+# a large share of the time, not on a 1 GiB trace, whose peak it would raise.
+EARLY_COMMIT_MAX_BYTES = 256 << 20
 
 
 @dataclass
@@ -484,10 +489,11 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
             pending.append(tf)
 
     with ThreadPoolExecutor(max_workers=1) as thread:
-        # A new warehouse's first commit applies the view library (0.6 s):
-        # made empty on a thread while the first traces are read, where a
-        # core is often idle, so that the commits of traces need not.
-        first = thread.submit(_empty_commit, catalog, on_wait) if pending and not catalog.exists() else None
+        # A new warehouse's first commit applies the view library: made
+        # empty on a thread while the first traces are read, where a core is
+        # often idle, so that the commits of traces need not.
+        early = pending and not catalog.exists() and sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES
+        first = thread.submit(_empty_commit, catalog, on_wait) if early else None
         _ingest_pending(warehouse, catalog, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
     return report
