@@ -492,7 +492,7 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
         # A new warehouse's first commit applies the view library: made
         # empty on a thread while the first traces are read, where a core is
         # often idle, so that the commits of traces need not.
-        early = pending and not catalog.exists() and sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES
+        early = bool(pending) and not catalog.exists() and sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES
         first = thread.submit(_empty_commit, catalog, on_wait) if early else None
         _ingest_pending(warehouse, catalog, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
@@ -500,6 +500,7 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
 
 
 def _empty_commit(catalog: Catalog, on_wait: Callable[[str], None] | None) -> None:
+    """A commit of no traces: the catalog, its migrations and the views."""
     try:
         with catalog.writing(on_wait):
             pass
