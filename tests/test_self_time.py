@@ -1,10 +1,12 @@
-"""Self time: which slice is whose parent (store._child_pairs).
+"""Self time: which slice is whose parent (store._child_pairs, and
+store._child_sums_in_memory, which small traces take).
 
-The pass is vectorized over DuckDB's sorted batches and carries state from
-one batch to the next; these tests give it batches of a few rows, so that
-threads, tie groups and open slices straddle batch boundaries. Expected
-values come from a brute-force containment search (properly nested slices)
-and from the rule spelled out one row at a time (any overlap).
+The pass is vectorized over sorted batches and carries state from one batch
+to the next; these tests give it batches of a few rows, so that threads, tie
+groups and open slices straddle batch boundaries. Both ways of sorting must
+give the same sums. Expected values come from a brute-force containment
+search (properly nested slices) and from the rule spelled out one row at a
+time (any overlap).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracle import self_times
-from tracedb.store import _child_pairs
+from tracedb.store import _child_pairs, _child_sums_in_memory
 
 
 def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: int) -> dict[int, int]:
@@ -40,6 +42,9 @@ def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: i
     sums: dict[int, int] = defaultdict(int)
     for parent, dur in zip(*pq.read_table(dst).to_pydict().values()):
         sums[parent] += dur
+    in_memory = _child_sums_in_memory([src], batch_rows=batch_rows).to_pydict()
+    assert in_memory["parent_id"] == sorted(in_memory["parent_id"])
+    assert dict(zip(in_memory["parent_id"], in_memory["child_ns"])) == sums
     return dict(sums)
 
 
