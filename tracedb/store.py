@@ -8,7 +8,8 @@ Batches stream into a private staging folder (``<warehouse>/.staging/``).
 ``finalize`` then makes each table's final file in one streaming pass over
 the staged rows, in event_id order: it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
-``self_ns`` (the children's time comes from DuckDB, sorted by parent, and is
+``self_ns`` (the children's time comes from DuckDB's external sort, or for a
+small trace from Arrow's in memory, summed and sorted by parent, and is
 matched to the rows as both go by: no join, no sort of the whole table).
 ``publish`` moves the final files into their partitions with ``os.replace``.
 A file in a partition is visible to queries only once the catalog lists it
