@@ -182,10 +182,9 @@ def _child_sums_in_memory(sources: list[Path], batch_rows: int = 1 << 16) -> pa.
     if len(durs) and float(durs.max()) * len(durs) >= 2.0**63:
         return None
     order = np.argsort(parents, kind="stable")
-    parents, durs = parents[order], durs[order]
-    heads = np.flatnonzero(np.r_[True, parents[1:] != parents[:-1]]) if len(parents) else np.empty(0, np.int64)
-    return pa.table({"parent_id": pa.array(parents[heads], pa.int64()),
-                     "child_ns": pa.array(np.add.reduceat(durs, heads) if len(heads) else durs, pa.int64())})
+    ids, heads = np.unique(parents[order], return_index=True)  # each parent's first pair
+    return pa.table({"parent_id": pa.array(ids, pa.int64()),
+                     "child_ns": pa.array(np.add.reduceat(durs[order], heads), pa.int64())})
 
 
 def _final_schema(table: str) -> pa.Schema:
