@@ -166,3 +166,45 @@ def test_steps_written_as_cpu_ops(tmp_path):
             {"step": 7, "dur_us": 90}, {"step": 8, "dur_us": 90}]
         assert rows(db, "SELECT step FROM int_op_steps WHERE name = 'aten::add' ORDER BY step") == [
             {"step": 7}, {"step": 8}]
+
+
+def test_step_of_ops_at_the_edges(tmp_path):
+    """An op is in the step with the latest start at or before its own
+    start, if that step has not ended: int_step_buckets looks it up by an
+    equality join on time buckets. Steps that overlap, a step that starts
+    with another (the lower number keeps the range), a gap, and a step far
+    later and long (so the buckets are wide and hold several steps)."""
+    step_ranges = {1: (1000, 1000), 2: (1800, 1200), 3: (3500, 500), 4: (3500, 200), 5: (1_000_000, 9_000_000)}
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+          for n, (ts, dur) in step_ranges.items()]
+    times = [999, 1000, 1799.999, 1800, 1999, 2999.999, 3000, 3499, 3600, 3800, 999_999, 1_000_000, 9_999_999.999,
+             10_000_000, 20_000_000]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": t, "dur": 0.5}
+           for i, t in enumerate(times)]
+    # a kernel's step is its launch call's
+    ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 3, "ts": t, "dur": 0.5,
+            "args": {"correlation": i}} for i, t in enumerate(times)]
+    ev += [{"ph": "X", "cat": "kernel", "name": f"kernel{i}", "pid": 0, "tid": 7, "ts": t + 1, "dur": 0.5,
+            "args": {"correlation": i, "device": 0, "stream": 7}} for i, t in enumerate(times)]
+
+    def expected(t) -> int | None:
+        started = [(ns(ts), -n) for n, (ts, _dur) in step_ranges.items() if ns(ts) <= ns(t)]
+        if not started:
+            return None
+        n = -max(started)[1]
+        ts, dur = step_ranges[n]
+        return n if ns(t) < ns(ts) + ns(dur) else None
+
+    want = [expected(t) for t in times]
+    assert want == [None, 1, 1, 2, 2, 2, None, None, 3, 3, None, 5, 5, None, None]  # the rule, by hand
+    write_trace(tmp_path / "runs" / "r" / "rank0.json", ev)
+    with tracedb.open(tmp_path / "wh") as db:
+        db.ingest([tmp_path / "runs"], jobs=1)
+        # from the events (int_op_steps), and from the per-trace summaries
+        ops = {r["name"]: r["step"] for r in rows(db, "SELECT name, step FROM int_op_steps")}
+        sums = {r["name"]: r["step"] for r in rows(db, "SELECT name, step FROM int_op_step_sums")}
+        calls = {r["correlation"]: r["step"] for r in rows(db, "SELECT correlation, step FROM int_launch_calls")}
+        for got in (ops, sums):
+            assert [got[f"op{i}"] for i in range(len(times))] == want
+            assert [got[f"kernel{i}"] for i in range(len(times))] == want
+        assert [calls[i] for i in range(len(times))] == want

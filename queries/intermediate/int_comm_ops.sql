@@ -6,7 +6,7 @@
 -- else (CPU) the recorded Input Dims and Input type; group size from the
 -- same, else the trace's process groups.
 -- Grain: one row per communication op.
--- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_steps, int_steps, stg_comm_args, stg_process_groups, dtype_sizes
+-- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_steps, int_step_buckets, stg_comm_args, stg_process_groups, dtype_sizes
 -- materialize: per trace
 CREATE OR REPLACE VIEW int_comm_ops AS
 WITH kernels AS (
@@ -66,7 +66,7 @@ cpu_ops AS (
         c.run, c.rank, c.phase, c.file_id, c.event_id, c.source, c.library, c.name,
         coalesce(c.collective, c.name_collective) AS raw_collective,
         c.ts_ns, c.dur_ns, NULL::BIGINT AS device, NULL::BIGINT AS stream,
-        CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step,
+        s.step,
         -- the record_param_comms op inside, else the recorded input: one tensor,
         -- the product of its dims; a tensor list, the sum over its tensors
         coalesce(c.param_nelems, CASE WHEN json_type(c.dims -> '$[0]') = 'ARRAY'
@@ -76,8 +76,11 @@ cpu_ops AS (
         coalesce(c.param_dtype, c.args ->> '$."Input type"[0]') AS dtype,
         c.param_group_size AS group_size, c.param_pg_name AS pg_name, c.param_pg_desc AS pg_desc
     FROM cpu_comm c
-    ASOF LEFT JOIN int_steps s
-        ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns
+    LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, width_ns FROM int_step_buckets) w
+        ON w.run = c.run AND w.rank = c.rank AND w.phase = c.phase AND w.file_id = c.file_id
+    LEFT JOIN int_step_buckets s
+        ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id
+       AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns
 ),
 preferred AS (
     SELECT * FROM kernels

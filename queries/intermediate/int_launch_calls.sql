@@ -4,7 +4,7 @@
 -- correlation. GPU-side sync events (cat cuda_sync) that repeat a
 -- correlation are left out; of several calls, the earliest is kept.
 -- Grain: one row per run, rank, phase, trace file and correlation id.
--- requires: stg_runtime_calls, int_steps
+-- requires: stg_runtime_calls, int_step_buckets
 CREATE OR REPLACE VIEW int_launch_calls AS
 WITH flat AS (
     SELECT run, rank, phase, file_id, correlation, event_id, name, ts_ns, dur_ns, pid, tid, external_id
@@ -31,7 +31,10 @@ SELECT
     -- External id of the CPU op that made the call.
     c.external_id,
     -- Profiler step whose ProfilerStep#N range holds the call start; NULL outside steps.
-    CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step
+    s.step
 FROM flat c
-ASOF LEFT JOIN int_steps s
-    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns;
+LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, width_ns FROM int_step_buckets) w
+    ON w.run = c.run AND w.rank = c.rank AND w.phase = c.phase AND w.file_id = c.file_id
+LEFT JOIN int_step_buckets s
+    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id
+   AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns;

@@ -2,7 +2,7 @@
 -- profiler step it belongs to: CPU events by their start, kernels by their
 -- launch call's. The base of hotspots and regressions (their per-trace sums).
 -- Grain: one row per kernel, CPU op or annotation.
--- requires: stg_timed_ops, int_launch_steps, int_steps
+-- requires: stg_timed_ops, int_launch_steps, int_step_buckets
 CREATE OR REPLACE VIEW int_op_steps AS
 SELECT
     c.run, c.rank, c.phase, c.file_id, c.event_id,
@@ -17,12 +17,15 @@ SELECT
     -- Self time (kernels: the whole duration), nanoseconds.
     c.self_ns,
     -- Profiler step; NULL outside steps.
-    CASE WHEN c.ts_ns < s.end_ns THEN s.step END AS step,
+    s.step,
     -- The name regressions compares under: the name, but ProfilerStep#* for every ProfilerStep#N annotation.
     c.compare_name
 FROM stg_timed_ops c
-ASOF LEFT JOIN int_steps s
-    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id AND c.ts_ns >= s.ts_ns
+LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, width_ns FROM int_step_buckets) w
+    ON w.run = c.run AND w.rank = c.rank AND w.phase = c.phase AND w.file_id = c.file_id
+LEFT JOIN int_step_buckets s
+    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id
+   AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns
 WHERE c.kind <> 'kernel'
 UNION ALL
 -- Kernels by the step of their launch call alone: the CPU op behind a launch
