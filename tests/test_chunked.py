@@ -198,7 +198,7 @@ def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
     typed = []
 
     def typed_column(vals, *a, _f=chunked._typed_column):
-        typed.append(vals)
+        typed.append(list(vals))
         return _f(vals, *a)
     monkeypatch.setattr(chunked, "_typed_column", typed_column)
     _assert_same(path, piece_bytes=64)

@@ -46,7 +46,7 @@ from decimal import Decimal
 from itertools import chain, compress
 from operator import attrgetter, not_
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import ijson
 import msgspec
@@ -404,7 +404,7 @@ def _nulls(n: int, typ: pa.DataType) -> pa.Array:
     return pa.nulls(n, type=typ)
 
 
-def _ns(vals: list, check: "_TimeCheck | None") -> pa.Array:
+def _ns(vals: Sequence, check: "_TimeCheck | None") -> pa.Array:
     """Microseconds (JSON numbers) -> exact int64 nanoseconds."""
     arr = _ns_array(vals, check)
     lo, hi = pc.min_max(arr).values()
@@ -413,7 +413,7 @@ def _ns(vals: list, check: "_TimeCheck | None") -> pa.Array:
     return arr
 
 
-def _ns_array(vals: list, check: "_TimeCheck | None") -> pa.Array:
+def _ns_array(vals: Sequence, check: "_TimeCheck | None") -> pa.Array:
     types = set(map(type, vals))
     if float in types and check is not None:
         check()
@@ -440,7 +440,7 @@ def _ns_array(vals: list, check: "_TimeCheck | None") -> pa.Array:
     return pa.array([_exact_ns(v) for v in vals], pa.int64())
 
 
-def _text(vals: list) -> pa.Array:
+def _text(vals: Sequence) -> pa.Array:
     """Strings as they are; anything else as the streaming parser writes it."""
     try:
         return pa.array(vals, pa.string())
@@ -448,7 +448,7 @@ def _text(vals: list) -> pa.Array:
         return pa.array([v if v is None or type(v) is str else _as_text(_as_read(v)) for v in vals], pa.string())
 
 
-def _int_text(vals: list, types: set) -> pa.Array | None:
+def _int_text(vals: Sequence, types: set) -> pa.Array | None:
     """Integers (and strings) as text, as ``str`` writes them; None when a
     value is of another type. Integer columns (nulls aside) are cast by
     Arrow."""
@@ -462,7 +462,7 @@ def _int_text(vals: list, types: set) -> pa.Array | None:
     return None
 
 
-def _pid(vals: list) -> pa.Array:
+def _pid(vals: Sequence) -> pa.Array:
     text = _int_text(vals, set(map(type, vals)))
     if text is not None:
         return text
@@ -470,7 +470,7 @@ def _pid(vals: list) -> pa.Array:
                      for v in vals], pa.string())
 
 
-def _ids(vals: list) -> pa.Array:
+def _ids(vals: Sequence) -> pa.Array:
     if vals.count(None) == len(vals):
         return _nulls(len(vals), pa.string())
     text = _int_text(vals, set(map(type, vals)))
@@ -479,7 +479,7 @@ def _ids(vals: list) -> pa.Array:
     return pa.array([_id_text(_as_read(v)) for v in vals], pa.string())
 
 
-def _arg_column(vals: list, present: list, typ: pa.DataType, conv) -> pa.Array:
+def _arg_column(vals: Sequence, present: Sequence, typ: pa.DataType, conv) -> pa.Array:
     """One typed column from args: ``vals`` (one per event, None where
     absent) and ``present`` (the values found, for their types)."""
     types = set(map(type, present))
@@ -593,7 +593,7 @@ def _slices(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.Reco
     return _event_batch(f, ids, arg_cols, _dump_all(args), res, check)
 
 
-def _event_batch(f: dict[str, list], ids: list[int] | np.ndarray, arg_cols: dict[str, pa.Array],
+def _event_batch(f: dict[str, Sequence], ids: list[int] | np.ndarray, arg_cols: dict[str, pa.Array],
                  args_text: pa.Array, res: PieceResult, check) -> pa.RecordBatch:
     """The events batch from its fields (one list per key of ``_FIELDS``),
     its typed args columns and its args as JSON text."""
@@ -626,7 +626,7 @@ def _flows(evs: list[dict], ids: list[int], res: PieceResult, check) -> pa.Recor
     return _flow_batch(f, ids, res, check)
 
 
-def _flow_batch(f: dict[str, list], ids: list[int] | np.ndarray, res: PieceResult, check) -> pa.RecordBatch:
+def _flow_batch(f: dict[str, Sequence], ids: list[int] | np.ndarray, res: PieceResult, check) -> pa.RecordBatch:
     """The flows batch from its fields (``_FLOW_FIELDS`` and ``id``)."""
     ts = _ns(f["ts"], check)
     _minmax(res, ts, pc.add(ts, pc.coalesce(_ns(f["dur"], check), 0)))
@@ -685,8 +685,8 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _ARGS_DECODER = msgspec.json.Decoder(list[_Args | None])
 _TYPED_ARGS_DECODER = msgspec.json.Decoder(list[_TypedArgs | None])
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
-_GET = {key: attrgetter(key) for key in (*_FIELDS, "bp", "bind_id", "args")}
-_GET_ARG = [(col, conv, attrgetter(_ARG_FIELD[key])) for key, col, conv in _ARG_CONVERTERS]
+_GET_PH = attrgetter("ph")
+_ARG_COLS = [(col, conv) for _key, col, conv in _ARG_CONVERTERS]  # the order of _Args' fields
 _SPLIT_AWAY = frozenset(("B", "E", "C", None))
 
 
@@ -698,7 +698,7 @@ def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResul
     n = len(evs)
     if n != piece.count:
         raise NotSplittable(f"piece {piece.number}: {n} events, expected {piece.count}")
-    phs = list(map(_GET["ph"], evs))
+    phs = list(map(_GET_PH, evs))
     try:
         kinds = set(phs)
     except TypeError:  # a list or object as the phase
@@ -720,19 +720,26 @@ def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResul
     else:
         fl, fl_ids, ids = [], [], np.arange(base, base + n)
     if evs:
-        f = {key: list(map(_GET[key], evs)) for key in _FIELDS}
+        f = _columns(evs)
         if msgspec.UNSET in f["id"]:
             f["id"] = [None if v is msgspec.UNSET else v for v in f["id"]]
-        arg_cols, args_text = _struct_args(list(map(_GET["args"], evs)), check)
+        arg_cols, args_text = _struct_args(f["args"], check)
         res.batches.append(("events", _event_batch(f, ids, arg_cols, args_text, res, check)))
     if fl:
-        f = {key: list(map(_GET[key], fl)) for key in _FLOW_FIELDS}
-        f["id"] = [e.bind_id if e.id is msgspec.UNSET else e.id for e in fl]
+        f = _columns(fl)
+        f["id"] = [b if i is msgspec.UNSET else i for i, b in zip(f["id"], f["bind_id"])]
         res.batches.append(("flows", _flow_batch(f, fl_ids, res, check)))
     return res
 
 
-def _struct_args(raws: list, check: _TimeCheck) -> tuple[dict[str, pa.Array], pa.Array]:
+def _columns(structs: list) -> dict[str, tuple]:
+    """Struct field -> the values of every struct (at least one): the
+    structs transposed as tuples in C, twice as fast as a getter a field."""
+    fields = structs[0].__struct_fields__
+    return dict(zip(fields, zip(*map(msgspec.structs.astuple, structs))))
+
+
+def _struct_args(raws: Sequence, check: _TimeCheck) -> tuple[dict[str, pa.Array], pa.Array]:
     """Typed columns and JSON text from the events' raw args (an empty Raw
     where an event has none)."""
     n = len(raws)
@@ -755,8 +762,7 @@ def _struct_args(raws: list, check: _TimeCheck) -> tuple[dict[str, pa.Array], pa
                 args[i] = _NO_ARGS
                 present[i] = False
     cols = {}
-    for col, conv, get in _GET_ARG:
-        vals = list(map(get, args))
+    for (col, conv), vals in zip(_ARG_COLS, zip(*map(msgspec.structs.astuple, args))):
         typ = _ARG_TYPES[col]
         if vals.count(None) == n:
             cols[col] = _nulls(n, typ)
@@ -767,7 +773,7 @@ def _struct_args(raws: list, check: _TimeCheck) -> tuple[dict[str, pa.Array], pa
     return cols, _texts(_RAWS_DECODER.decode(compact), present)
 
 
-def _typed_column(vals: list, typ: pa.DataType, conv) -> pa.Array:
+def _typed_column(vals: Sequence, typ: pa.DataType, conv) -> pa.Array:
     """A typed column from values of its type (or None): Arrow takes them
     as they are, unless an integer is past 64 bits."""
     try:
