@@ -36,7 +36,7 @@ def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: i
     }), src)
     con = duckdb.connect()
     try:
-        _child_pairs(con, f"'{src}'", dst, batch_rows=batch_rows)
+        _child_pairs(con, f"read_parquet('{src}')", dst, batch_rows=batch_rows)
     finally:
         con.close()
     sums: dict[int, int] = defaultdict(int)
