@@ -20,7 +20,7 @@ running AS (
         sum(kernels) OVER w AS cum_kernels,
         sum(kernel_ns) OVER w AS cum_kernel_ns
     FROM launches
-    WINDOW w AS (PARTITION BY run, rank, phase, file_id, pid ORDER BY ts_ns ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (PARTITION BY file_id, pid ORDER BY ts_ns ROWS UNBOUNDED PRECEDING)
 ),
 calls AS (
     SELECT run, rank, phase, file_id, event_id, name, ts_ns, dur_ns, self_ns, end_ns, pid, tid
@@ -45,8 +45,8 @@ SELECT
     CAST(coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) AS BIGINT) AS kernel_ns
 FROM calls a
 ASOF LEFT JOIN running e
-    ON e.run = a.run AND e.rank = a.rank AND e.phase = a.phase AND e.file_id = a.file_id
+    ON e.file_id = a.file_id
    AND e.pid = a.pid AND a.end_ns > e.ts_ns
 ASOF LEFT JOIN running b
-    ON b.run = a.run AND b.rank = a.rank AND b.phase = a.phase AND b.file_id = a.file_id
+    ON b.file_id = a.file_id
    AND b.pid = a.pid AND a.ts_ns > b.ts_ns;

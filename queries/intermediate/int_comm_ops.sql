@@ -22,13 +22,13 @@ WITH kernels AS (
     FROM stg_kernels k
     JOIN int_comm_names n ON n.source = 'kernel' AND n.name = k.name
     LEFT JOIN int_launch_steps l
-        ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
+        ON l.file_id = k.file_id
        AND l.correlation = k.correlation
     LEFT JOIN stg_comm_args a
-        ON a.run = k.run AND a.rank = k.rank AND a.phase = k.phase AND a.file_id = k.file_id
+        ON a.file_id = k.file_id
        AND a.event_id = k.event_id AND a.source = 'kernel'
     LEFT JOIN stg_comm_args p
-        ON p.run = k.run AND p.rank = k.rank AND p.phase = k.phase AND p.file_id = k.file_id
+        ON p.file_id = k.file_id
        AND p.external_id = coalesce(l.external_id, k.external_id) AND p.name = 'record_param_comms'
 ),
 cpu AS (
@@ -76,10 +76,10 @@ cpu_ops AS (
         coalesce(c.param_dtype, c.args ->> '$."Input type"[0]') AS dtype,
         c.param_group_size AS group_size, c.param_pg_name AS pg_name, c.param_pg_desc AS pg_desc
     FROM cpu_comm c
-    LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, width_ns FROM int_step_buckets) w
-        ON w.run = c.run AND w.rank = c.rank AND w.phase = c.phase AND w.file_id = c.file_id
+    LEFT JOIN (SELECT DISTINCT file_id, width_ns FROM int_step_buckets) w
+        ON w.file_id = c.file_id
     LEFT JOIN int_step_buckets s
-        ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id
+        ON s.file_id = c.file_id
        AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns
 ),
 preferred AS (

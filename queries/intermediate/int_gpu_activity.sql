@@ -31,5 +31,5 @@ SELECT
     l.step
 FROM activity a
 LEFT JOIN int_launch_steps l
-    ON l.run = a.run AND l.rank = a.rank AND l.phase = a.phase AND l.file_id = a.file_id
+    ON l.file_id = a.file_id
    AND l.correlation = a.correlation;

@@ -20,7 +20,7 @@ marked AS (
     SELECT
         *,
         max(end_ns) OVER (
-            PARTITION BY run, rank, phase, file_id, device, scope, stream
+            PARTITION BY file_id, device, scope, stream
             ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
         ) AS prev_end_ns
     FROM intervals
@@ -29,7 +29,7 @@ numbered AS (
     SELECT
         *,
         sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END) OVER (
-            PARTITION BY run, rank, phase, file_id, device, scope, stream
+            PARTITION BY file_id, device, scope, stream
             ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING
         ) AS island
     FROM marked

@@ -43,8 +43,8 @@ SELECT
     l.step
 FROM stg_kernels k
 LEFT JOIN int_launch_calls l
-    ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
+    ON l.file_id = k.file_id
    AND l.correlation = k.correlation
 LEFT JOIN stg_cpu_ops o
-    ON o.run = k.run AND o.rank = k.rank AND o.phase = k.phase AND o.file_id = k.file_id
+    ON o.file_id = k.file_id
    AND o.external_id = coalesce(l.external_id, k.external_id);

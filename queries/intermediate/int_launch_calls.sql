@@ -10,7 +10,7 @@ WITH flat AS (
     SELECT run, rank, phase, file_id, correlation, event_id, name, ts_ns, dur_ns, pid, tid, external_id
     FROM stg_runtime_calls
     WHERE correlation IS NOT NULL AND lower(cat) <> 'cuda_sync'
-    QUALIFY row_number() OVER (PARTITION BY run, rank, phase, file_id, correlation ORDER BY ts_ns, event_id) = 1
+    QUALIFY row_number() OVER (PARTITION BY file_id, correlation ORDER BY ts_ns, event_id) = 1
 )
 SELECT
     c.run, c.rank, c.phase, c.file_id,
@@ -33,8 +33,8 @@ SELECT
     -- Profiler step whose ProfilerStep#N range holds the call start; NULL outside steps.
     s.step
 FROM flat c
-LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, width_ns FROM int_step_buckets) w
-    ON w.run = c.run AND w.rank = c.rank AND w.phase = c.phase AND w.file_id = c.file_id
+LEFT JOIN (SELECT DISTINCT file_id, width_ns FROM int_step_buckets) w
+    ON w.file_id = c.file_id
 LEFT JOIN int_step_buckets s
-    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id
+    ON s.file_id = c.file_id
    AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns;

@@ -21,10 +21,10 @@ SELECT
     -- The name regressions compares under: the name, but ProfilerStep#* for every ProfilerStep#N annotation.
     c.compare_name
 FROM stg_timed_ops c
-LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, width_ns FROM int_step_buckets) w
-    ON w.run = c.run AND w.rank = c.rank AND w.phase = c.phase AND w.file_id = c.file_id
+LEFT JOIN (SELECT DISTINCT file_id, width_ns FROM int_step_buckets) w
+    ON w.file_id = c.file_id
 LEFT JOIN int_step_buckets s
-    ON s.run = c.run AND s.rank = c.rank AND s.phase = c.phase AND s.file_id = c.file_id
+    ON s.file_id = c.file_id
    AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns
 WHERE c.kind <> 'kernel'
 UNION ALL
@@ -34,6 +34,6 @@ SELECT k.run, k.rank, k.phase, k.file_id, k.event_id, k.kind, k.name, k.ts_ns, k
     k.self_ns, l.step, k.compare_name
 FROM stg_timed_ops k
 LEFT JOIN int_launch_steps l
-    ON l.run = k.run AND l.rank = k.rank AND l.phase = k.phase AND l.file_id = k.file_id
+    ON l.file_id = k.file_id
    AND l.correlation = k.correlation
 WHERE k.kind = 'kernel';

@@ -26,7 +26,7 @@ marked AS (
     SELECT
         *,
         max(end_ns) OVER (
-            PARTITION BY run, rank, phase, file_id, device, scope, by_step, step
+            PARTITION BY file_id, device, scope, by_step, step
             ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
         ) AS prev_end_ns
     FROM intervals

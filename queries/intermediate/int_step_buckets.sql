@@ -16,7 +16,7 @@ WITH ranges AS (
         run, rank, phase, file_id, step, ts_ns AS start_ns,
         CASE WHEN end_ns IS NULL OR next_ns IS NULL OR end_ns < next_ns THEN end_ns ELSE next_ns END AS end_ns
     FROM (
-        SELECT *, lead(ts_ns) OVER (PARTITION BY run, rank, phase, file_id ORDER BY ts_ns, step DESC) AS next_ns
+        SELECT *, lead(ts_ns) OVER (PARTITION BY file_id ORDER BY ts_ns, step DESC) AS next_ns
         FROM int_steps
     )
 ),
@@ -39,5 +39,5 @@ SELECT
     -- Bucket number: ts_ns // width_ns of the times in it.
     unnest(range(r.start_ns // w.width_ns, (r.end_ns - 1) // w.width_ns + 1)) AS bucket
 FROM ranges r
-JOIN widths w ON w.run = r.run AND w.rank = r.rank AND w.phase = r.phase AND w.file_id = r.file_id
+JOIN widths w ON w.file_id = r.file_id
 WHERE r.end_ns > r.start_ns;
