@@ -31,15 +31,19 @@ WITH kernels AS (
         ON p.file_id = k.file_id
        AND p.external_id = coalesce(l.external_id, k.external_id) AND p.name = 'record_param_comms'
 ),
+-- the communication annotations and CPU ops (each joined to the names on its
+-- own: DuckDB then reads args only where a name matched, not for every event)
 cpu AS (
     SELECT a.run, a.rank, a.phase, a.file_id, a.event_id, 'annotation' AS source, a.name, a.ts_ns, a.dur_ns,
-           a.pid, a.tid, a.args
+           a.pid, a.tid, a.args, n.library, n.collective, n.name_collective
     FROM stg_annotations a
+    JOIN int_comm_names n ON n.source = 'annotation' AND n.name = a.name
     WHERE a.side = 'cpu'
     UNION ALL
     SELECT o.run, o.rank, o.phase, o.file_id, o.event_id, 'cpu_op' AS source, o.name, o.ts_ns, o.dur_ns,
-           o.pid, o.tid, o.args
+           o.pid, o.tid, o.args, n.library, n.collective, n.name_collective
     FROM stg_cpu_ops o
+    JOIN int_comm_names n ON n.source = 'cpu_op' AND n.name = o.name
 ),
 -- record_param_comms ops with their args: a c10d::* op holds one (same thread, inside its time)
 param_comms AS (
@@ -51,11 +55,10 @@ param_comms AS (
 ),
 cpu_comm AS (
     SELECT
-        c.*, n.library, n.collective, n.name_collective, c.args -> '$."Input Dims"[0]' AS dims,
+        c.*, c.args -> '$."Input Dims"[0]' AS dims,
         greatest(p.in_msg_nelems, p.out_msg_nelems) AS param_nelems, p.dtype AS param_dtype,
         p.group_size AS param_group_size, p.pg_name AS param_pg_name, p.pg_desc AS param_pg_desc
     FROM cpu c
-    JOIN int_comm_names n ON n.source = c.source AND n.name = c.name
     LEFT JOIN param_comms p
         ON c.source = 'cpu_op' AND p.file_id = c.file_id AND p.pid = c.pid AND p.tid = c.tid
        AND p.ts_ns >= c.ts_ns AND p.end_ns <= c.ts_ns + c.dur_ns
