@@ -147,6 +147,28 @@ class Piece:
     data: bytes
     base: int
     count: int
+    # Where ``data`` lies in a plain (not gzip) file: offset and length.
+    span: tuple[int, int] | None = None
+
+    def sent(self) -> "Piece":
+        """The piece to hand a worker process: without its bytes when the
+        file holds them as they are (the worker reads them there, cheaper
+        than a pipe: 1 GiB of pieces pickled and piped cost 0.8 s of CPU)."""
+        if self.span is None:
+            return self
+        return Piece(self.number, b"", self.base, self.count, self.span)
+
+    def received(self, path: str | Path) -> "Piece":
+        """The piece with its bytes, read from ``path`` if it came without."""
+        if self.data or self.span is None:
+            return self
+        offset, length = self.span
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        if len(data) != length:
+            raise NotSplittable(f"piece {self.number}: the file changed while it was read")
+        return Piece(self.number, data, self.base, self.count, self.span)
 
 
 @dataclass
@@ -217,21 +239,23 @@ class Splitter:
             f = _open(self.path)
         except OSError as e:
             raise NotSplittable(f"cannot read: {e}") from None
+        plain = not isinstance(f, gzip.GzipFile)
         with f:
             buf = _read(f, min(_READ_BYTES, self.piece_bytes))
-            if buf.startswith(b"\xef\xbb\xbf"):
-                buf = buf[3:]
-            start, sep = self._find_start(f, buf)
+            bom = 3 if buf.startswith(b"\xef\xbb\xbf") else 0
+            start, sep = self._find_start(f, buf[bom:])
             buf = self._buf
             self.head = buf[:start]
             buf = buf[start:]
             number = base = 0
-            carry = buf
+            carry, at = buf, bom + start  # at: where carry starts in the file
+            read = bom + len(self._buf)  # bytes read so far
             while True:
                 block = _read(f, self.piece_bytes)
                 if not block:
                     break
                 cut = block.rfind(sep)
+                read += len(block)
                 if cut < 0:
                     carry += block
                     if len(carry) > 8 * self.piece_bytes:
@@ -240,9 +264,9 @@ class Splitter:
                 # Cut at the last boundary of this block; it has the last event
                 # of the array only if nothing follows, so keep the remainder.
                 data = carry + block[:cut]
-                carry = block[cut + 1:]
                 count = count_events(data, sep) + 1
-                yield Piece(number, data, base, count)
+                yield Piece(number, data, base, count, (at, len(data)) if plain else None)
+                carry, at = block[cut + 1:], read - len(block) + cut + 1
                 number += 1
                 base += count
             buf = carry
@@ -250,7 +274,7 @@ class Splitter:
             end = self._find_end(buf, sep)
             data, self.tail = buf[:end], buf[end:]
             if data.strip():
-                yield Piece(number, data, base, count_events(data, sep) + 1)
+                yield Piece(number, data, base, count_events(data, sep) + 1, (at, len(data)) if plain else None)
 
     def _find_start(self, f, buf: bytes) -> tuple[int, bytes]:
         while True:

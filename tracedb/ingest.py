@@ -161,8 +161,8 @@ def _workers_worthy(tf: TraceFile) -> bool:
 
 
 def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Path):
-    """In a worker: parse one piece, stage its rows as Parquet parts."""
-    res = parse_piece(piece, path)
+    """In a worker: parse one piece, stage its rows as parts."""
+    res = parse_piece(piece.received(path), path)
     parts = []
     by_table: dict[str, list] = {}
     for table, batch in res.batches:
@@ -228,7 +228,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 
         try:
             for piece in _unless_stopped(sp.pieces(), stop):
-                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts(piece), writer.warehouse))
+                pending.add(pool.submit(_parse_piece_to_parts, piece.sent(), str(path), dsts(piece), writer.warehouse))
                 del piece
                 while len(pending) > workers:
                     collect()
