@@ -758,7 +758,7 @@ def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResul
 
 def _columns(structs: list) -> dict[str, tuple]:
     """Struct field -> the values of every struct (at least one): the
-    structs transposed as tuples in C, twice as fast as a getter a field."""
+    structs transposed as tuples in C, twice as fast as a getter per field."""
     fields = structs[0].__struct_fields__
     return dict(zip(fields, zip(*map(msgspec.structs.astuple, structs))))
 

@@ -6,7 +6,7 @@ Layout (the contract BI users see)::
 
 Batches stream into a private staging folder (``<warehouse>/.staging/``):
 one Parquet file from the streaming parser, or one Arrow IPC file per piece
-from the split path (chunked.py), which finalize reads at a sixth of
+from the split path (chunked.py), which finalize reads at a quarter of
 Parquet's cost.
 ``finalize`` then makes each table's final file in one streaming pass over
 the staged rows, in event_id order: it adds ``file_id``, shifts times by
@@ -227,6 +227,8 @@ def _read_staged(path: Path, columns: list[str] | None = None) -> pa.Table:
         reader = ipc.open_file(source, options=ipc.IpcReadOptions(
             included_fields=[names.index(c) for c in columns]))
         return reader.read_all().select(columns)  # included fields come in the file's order
+
+
 FINAL_ROW_GROUP = 122_880
 
 
