@@ -745,13 +745,17 @@ def _convert_structs(text: bytes, piece: Piece, check: _TimeCheck) -> PieceResul
         fl, fl_ids, ids = [], [], np.arange(base, base + n)
     if evs:
         f = _columns(evs)
-        if msgspec.UNSET in f["id"]:
+        absent = f["id"].count(msgspec.UNSET)
+        if absent == len(evs):  # as events other than flows mostly are
+            f["id"] = (None,) * absent
+        elif absent:
             f["id"] = [None if v is msgspec.UNSET else v for v in f["id"]]
         arg_cols, args_text = _struct_args(f["args"], check)
         res.batches.append(("events", _event_batch(f, ids, arg_cols, args_text, res, check)))
     if fl:
         f = _columns(fl)
-        f["id"] = [b if i is msgspec.UNSET else i for i, b in zip(f["id"], f["bind_id"])]
+        if msgspec.UNSET in f["id"]:  # bound by bind_id
+            f["id"] = [b if i is msgspec.UNSET else i for i, b in zip(f["id"], f["bind_id"])]
         res.batches.append(("flows", _flow_batch(f, fl_ids, res, check)))
     return res
 
