@@ -208,3 +208,20 @@ def test_step_of_ops_at_the_edges(tmp_path):
             assert [got[f"op{i}"] for i in range(len(times))] == want
             assert [got[f"kernel{i}"] for i in range(len(times))] == want
         assert [calls[i] for i in range(len(times))] == want
+
+
+def test_steps_at_both_ends_of_the_time_range(tmp_path):
+    """Steps about 2^62 ns before and after zero, one of them 1,000 s long:
+    the buckets' width is taken without overflowing int64."""
+    t = 4_611_686_018_427_000  # µs: just under 2^62 ns
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": -t, "dur": 1000},
+          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": t - 2000,
+           "dur": 1_000_000_000},
+          {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 2, "ts": -t + 10, "dur": 1},
+          {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 2, "ts": t - 1990, "dur": 1}]
+    write_trace(tmp_path / "runs" / "r" / "rank0.json", ev)
+    with tracedb.open(tmp_path / "wh") as db:
+        report = db.ingest([tmp_path / "runs"], jobs=1)
+        assert not report.failed
+        assert rows(db, "SELECT name, step FROM int_op_steps WHERE kind = 'cpu_op' ORDER BY name") == [
+            {"name": "a", "step": 1}, {"name": "b", "step": 2}]

@@ -21,7 +21,8 @@ WITH ranges AS (
     )
 ),
 widths AS (
-    SELECT run, rank, phase, file_id, greatest(1, (max(end_ns) - min(start_ns)) // 4096) AS width_ns
+    -- (each end divided first: the span of times near both ends of int64 would overflow)
+    SELECT run, rank, phase, file_id, greatest(1, max(end_ns) // 4096 - min(start_ns) // 4096) AS width_ns
     FROM ranges
     WHERE end_ns > start_ns
     GROUP BY run, rank, phase, file_id
