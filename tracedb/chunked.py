@@ -41,7 +41,7 @@ import io
 import math
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from itertools import chain, compress
 from operator import attrgetter, not_
@@ -154,9 +154,7 @@ class Piece:
         """The piece to hand a worker process: without its bytes when the
         file holds them as they are (the worker reads them there, cheaper
         than a pipe: 1 GiB of pieces pickled and piped cost 0.8 s of CPU)."""
-        if self.span is None:
-            return self
-        return Piece(self.number, b"", self.base, self.count, self.span)
+        return self if self.span is None else replace(self, data=b"")
 
     def received(self, path: str | Path) -> "Piece":
         """The piece with its bytes, read from ``path`` if it came without."""
@@ -168,7 +166,7 @@ class Piece:
             data = f.read(length)
         if len(data) != length:
             raise NotSplittable(f"piece {self.number}: the file changed while it was read")
-        return Piece(self.number, data, self.base, self.count, self.span)
+        return replace(self, data=data)
 
 
 @dataclass
@@ -790,7 +788,7 @@ def _struct_args(raws: Sequence, check: _TimeCheck) -> tuple[dict[str, pa.Array]
                 args[i] = _NO_ARGS
                 present[i] = False
     cols = {}
-    for (col, conv), vals in zip(_ARG_COLS, zip(*map(msgspec.structs.astuple, args))):
+    for (col, conv), vals in zip(_ARG_COLS, _columns(args).values()):
         typ = _ARG_TYPES[col]
         if vals.count(None) == n:
             cols[col] = _nulls(n, typ)
