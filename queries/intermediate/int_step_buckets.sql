@@ -22,10 +22,10 @@ WITH ranges AS (
 ),
 widths AS (
     -- (each end divided first: the span of times near both ends of int64 would overflow)
-    SELECT run, rank, phase, file_id, greatest(1, max(end_ns) // 4096 - min(start_ns) // 4096) AS width_ns
+    SELECT file_id, greatest(1, max(end_ns) // 4096 - min(start_ns) // 4096) AS width_ns
     FROM ranges
     WHERE end_ns > start_ns
-    GROUP BY run, rank, phase, file_id
+    GROUP BY file_id
 )
 SELECT
     r.run, r.rank, r.phase, r.file_id,
