@@ -68,7 +68,15 @@ from .parse import (
     _to_ns,
     drop_bad_span,
 )
-from .schema import EVENT_SCHEMA, FLOW_SCHEMA
+from .schema import ARG_COLUMNS, EVENT_SCHEMA, FLOW_SCHEMA
+
+try:
+    from . import _fastparse
+except ImportError:  # not compiled (no C compiler at install): Python only
+    _fastparse = None
+else:
+    if _fastparse.ARG_KEYS != tuple((key, str(typ)) for key, (_col, typ) in ARG_COLUMNS.items()):
+        raise ImportError("tracedb/_fastparse.c does not list schema.ARG_COLUMNS; rebuild it (pip install -e .)")
 
 PIECE_BYTES = 4 << 20
 _HEAD_LIMIT = 64 << 20
@@ -357,6 +365,10 @@ def _parse_piece(piece: Piece, path: str) -> PieceResult:
     data = piece.data.rstrip()
     if data.endswith(b","):
         data = data[:-1]
+    if _fastparse is not None:
+        res = _convert_c(data, piece)
+        if res is not None:
+            return res
     text = b"[" + data + b"]"
     check = _TimeCheck(data)
     try:
@@ -818,6 +830,44 @@ def _texts(raws: list, present: np.ndarray) -> pa.Array:
     data = b"".join(compress(raws, present.tolist()))
     valid = pa.array(present).buffers()[1]
     return pa.Array.from_buffers(pa.string(), len(raws), [valid, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+# -- the C path: _fastparse.c, for pieces all in the common case ---------------
+
+
+def _convert_c(data: bytes, piece: Piece) -> PieceResult | None:
+    """The piece's batches from _fastparse, or None where it declines (the
+    piece has something out of the common case its source lists)."""
+    out = _fastparse.parse(data, piece.base)
+    if out is None:
+        return None
+    count, events, flows, span = out
+    if count != piece.count:
+        raise NotSplittable(f"piece {piece.number}: {count} events, expected {piece.count}")
+    res = PieceResult(json_event_count=count)
+    for table, schema, cols in (("events", EVENT_SCHEMA, events), ("flows", FLOW_SCHEMA, flows)):
+        n = len(cols[0][2]) // 8  # event_id's values
+        if n:
+            arrays = [_from_buffers(f.type, n, col) for f, col in zip(schema, cols)]
+            res.batches.append((table, pa.RecordBatch.from_arrays(arrays, schema=schema)))
+    res.event_count = len(events[0][2]) // 8
+    res.flow_count = len(flows[0][2]) // 8
+    if span is not None:
+        _widen(res, *span)
+    return res
+
+
+def _from_buffers(typ: pa.DataType, n: int, col: tuple) -> pa.Array:
+    """An Arrow array of a column _fastparse wrote: (null count, validity
+    bitmap or None, values, offsets or None)."""
+    nulls, valid, data, offsets = col
+    valid = None if valid is None else pa.py_buffer(valid)
+    if pa.types.is_list(typ):
+        items = pa.Array.from_buffers(pa.int64(), len(data) // 8, [None, pa.py_buffer(data)])
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets)], null_count=nulls, children=[items])
+    if offsets is None:
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(data)], null_count=nulls)
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 def merge_meta(meta: TraceMeta, res: PieceResult) -> None:

@@ -12,6 +12,7 @@ becomes visible exactly when its group commits.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import multiprocessing
@@ -160,6 +161,9 @@ def _workers_worthy(tf: TraceFile) -> bool:
     return _json_bytes(tf) >= WORKERS_MIN_BYTES
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+
+
 def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Path):
     """In a worker: parse one piece, stage its rows as parts."""
     res = parse_piece(piece.received(path), path)
@@ -172,6 +176,21 @@ def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], wareho
         parts.append((table, dsts[table]))
     res.batches = []
     return res, parts
+
+
+def _keep_freed_memory() -> None:
+    """In a parse worker: glibc's malloc keeps what a piece frees for the
+    next piece, instead of handing it back to the kernel and faulting it in
+    again (a worker's piece allocates and frees some 30 MB; on a 1 GiB
+    trace the workers took a million page faults, 2.5 s of system time).
+    Elsewhere than glibc, nothing changes."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: bigger blocks still come from mmap
 
 
 class Stopped(Exception):
@@ -217,7 +236,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
         sp.finish()
         return sp.meta
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_keep_freed_memory) as pool:
         pending: set = set()
 
         def collect() -> None:

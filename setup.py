@@ -1,0 +1,27 @@
+"""The C part of the parse (tracedb/_fastparse.c), and the SQL inside the
+package of a wheel. The C part is optional: where it does not compile, the
+install goes on and tracedb parses every piece in Python, slower."""
+
+import shutil
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPy(build_py):
+    """queries/ and migrations/ into a wheel's tracedb/ (catalog.resource_dir
+    finds them there; an editable install reads them from the checkout)."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:
+            for name in ("queries", "migrations"):
+                shutil.copytree(name, Path(self.build_lib) / "tracedb" / name, dirs_exist_ok=True)
+
+
+setup(
+    cmdclass={"build_py": BuildPy},
+    ext_modules=[Extension("tracedb._fastparse", ["tracedb/_fastparse.c"], optional=True,
+                           extra_compile_args=["-O2"])],
+)

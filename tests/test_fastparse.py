@@ -1,0 +1,201 @@
+"""The C part of the parse (tracedb/_fastparse.c): built, exact on what it
+takes, declining the rest, and writing the rows the Python paths write."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracedb.chunked as chunked
+from test_chunked import _ODD_EVENTS, _assert_same, _kineto_text, _random_event, _value, _write
+from tracedb.chunked import NotSplittable, Piece, SplitParser, parse_piece
+from tracedb.schema import ARG_COLUMNS
+
+
+def test_the_c_parser_is_built():
+    """The install compiled it (CI's and the README's both do): without it
+    every piece takes the Python paths, several times slower."""
+    assert chunked._fastparse is not None
+
+
+def _piece(*events: str | bytes, base: int = 0) -> Piece:
+    """Kineto's layout: each event a block of its keys."""
+    blocks = [b"  {\n    " + (e if isinstance(e, bytes) else e.encode()) + b"\n  }" for e in events]
+    return Piece(0, b",\n".join(blocks), base, len(events))
+
+
+def _rows(res) -> dict[str, list[dict]]:
+    return {table: batch.to_pylist() for table, batch in res.batches}
+
+
+def test_values_as_written():
+    """Hand-checked rows: exact ns from the text (a fractional epoch time no
+    double holds), integers' text for pid/tid/id, args without whitespace
+    outside strings, the typed args columns, flows bound by bind_id."""
+    piece = _piece(
+        '"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,\n'
+        '    "ts": 1712195498123456.789, "dur": 2.5,\n'
+        '    "args": {\n      "External id": 12, "correlation": 34, "grid": [1, 2, 3], "block": [ ],\n'
+        '      "memory bandwidth (GB/s)": 1.25, "stream": 7, "x": "a  b \\" c"\n    }',
+        '"ph": "i", "name": "mark", "pid": "Spans", "tid": "", "ts": -1.5, "dur": 3, "id": 9, "args": null',
+        '"ph": "f", "bind_id": 3, "pid": 0, "tid": 7, "ts": 13, "cat": "ac2g", "name": "ac2g", "bp": "e"',
+        '"ph": "s", "id": null, "bind_id": 4, "pid": 1, "tid": 7, "ts": 12.25, "dur": 1, "name": "ac2g"',
+        base=100)
+    res = chunked._convert_c(piece.data, piece)
+    assert res is not None
+    rows = _rows(res)
+    gemm, mark = rows["events"]
+    assert gemm["event_id"] == 100 and gemm["ts_ns"] == 1712195498123456789 and gemm["dur_ns"] == 2500
+    assert (gemm["ph"], gemm["cat"], gemm["name"], gemm["pid"], gemm["tid"], gemm["id"]) == \
+        ("X", "kernel", "gemm", "0", "7", None)
+    assert (gemm["external_id"], gemm["correlation"], gemm["grid"], gemm["block"], gemm["stream"]) == \
+        (12, 34, [1, 2, 3], [], 7)
+    assert gemm["memory_bandwidth_gbps"] == 1.25 and gemm["device"] is None and gemm["dtype"] is None
+    assert gemm["args"] == ('{"External id":12,"correlation":34,"grid":[1,2,3],"block":[],'
+                            '"memory bandwidth (GB/s)":1.25,"stream":7,"x":"a  b \\" c"}')
+    assert mark["event_id"] == 101 and mark["ts_ns"] == -1500 and mark["dur_ns"] is None  # not a slice
+    assert (mark["pid"], mark["tid"], mark["id"], mark["args"]) == ("Spans", "", "9", None)
+    f, s = rows["flows"]
+    assert (f["event_id"], f["ts_ns"], f["id"], f["bp"], f["pid"]) == (102, 13000, "3", "e", "0")
+    assert (s["event_id"], s["ts_ns"], s["id"], s["bp"], s["cat"]) == (103, 12250, None, None, None)
+    assert (res.json_event_count, res.event_count, res.flow_count) == (4, 2, 2)
+    # From the earliest start to the latest end, the instant's dur included.
+    assert (res.ts_min_ns, res.ts_max_ns) == (-1500, 1712195498123456789 + 2500)
+
+
+_DECLINED = [
+    '"ph": "B", "name": "a", "ts": 1',
+    '"ph": "C", "name": "mem", "ts": 1, "args": {"a": 1}',
+    '"name": "no phase", "ts": 1',
+    '"ph": null, "ts": 1',
+    '"ph": "X", "ts": 1.2345',
+    '"ph": "X", "ts": 1e3',
+    '"ph": "X", "ts": "12"',
+    '"ph": "X", "dur": true',
+    '"ph": "X", "ts": 4611686018427388',  # past 2**62 ns
+    '"ph": "X", "name": "a\\"b"',
+    '"ph": "X", "name": 5',
+    '"ph": "X", "name": "a", "name": "b"',
+    '"ph": "X", "n\\u0061me": "a"',
+    '"ph": "X", "pid": 1.5',
+    '"ph": "X", "pid": -0',
+    '"ph": "X", "tid": 1180591620717411303424',
+    '"ph": "X", "args": [1]',
+    '"ph": "X", "args": {"External id": "12"}',
+    '"ph": "X", "args": {"External id": 9223372036854775808}',
+    '"ph": "X", "args": {"External id": 1, "External id": 2}',
+    '"ph": "X", "args": {"grid": [1, 2.0]}',
+    '"ph": "X", "args": {"memory bandwidth (GB/s)": "1.5"}',
+    '"ph": "X", "args": {"dtype": "a\\tb"}',
+    '"ph": "X", "args": {"x": "\\ud83d\\ude00"}',
+    '"ph": "X", "args": {"x": ' + "[" * 70 + "]" * 70 + "}",
+    '"ph": "X", "x": tru',
+    '"ph": "X", "x": 01',
+    '"ph": "X", "x": "tab\there"',
+    b'"ph": "X", "name": "\xff"',
+    b'"ph": "X", "name": "\xed\xa0\x80"',  # a surrogate in UTF-8
+]
+
+
+@pytest.mark.parametrize("event", _DECLINED)
+def test_declined_pieces_take_the_python_paths(event):
+    """Out of the common case (see _fastparse.c): the C path declines the
+    whole piece, and the piece parses as it does without it."""
+    piece = _piece('"ph": "X", "name": "ok", "pid": 0, "tid": 1, "ts": 1, "dur": 1', event)
+    data = piece.data
+    assert chunked._fastparse.parse(data, 0) is None
+    assert chunked._fastparse.parse(data + b",\n  1", 0) is None  # not an object
+    got = _outcome(piece)
+    chunked._fastparse, saved = None, chunked._fastparse
+    try:
+        assert got == _outcome(piece)
+    finally:
+        chunked._fastparse = saved
+
+
+def _outcome(piece: Piece):
+    try:
+        res = parse_piece(piece)
+    except NotSplittable:
+        return "declined"
+    return _rows(res), res.ts_min_ns, res.ts_max_ns
+
+
+def test_odd_events_which_the_c_path_takes(tmp_path, monkeypatch):
+    """test_chunked's odd events, each a piece: the C path takes those in
+    the common case, and the file reads as the streaming parser reads it."""
+    took = [chunked._fastparse.parse(_piece(e).data, 0) is not None for e in _ODD_EVENTS]
+    assert took == [True, True, False, False, True, True, True, False, False, False, False]
+    body = ",\n".join("  {\n    " + e + "\n  }" for e in _ODD_EVENTS)
+    path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
+    _assert_same(path, piece_bytes=64)
+
+
+def _python_and_c(path, piece_bytes: int) -> list[tuple]:
+    """Each piece parsed by both paths: (C's rows or None, Python's)."""
+    out = []
+    for piece in SplitParser(path, piece_bytes=piece_bytes).pieces():
+        c = chunked._fastparse.parse(piece.data.rstrip().rstrip(b","), piece.base)
+        with_c = _outcome(piece)
+        saved, chunked._fastparse = chunked._fastparse, None
+        try:
+            out.append((c is not None, with_c, _outcome(piece)))
+        finally:
+            chunked._fastparse = saved
+    return out
+
+
+def _as_values(outcome):
+    """Args as the JSON they hold (the Python paths may respell numbers)."""
+    if outcome == "declined":
+        return outcome
+    rows, lo, hi = outcome
+    for table in rows.values():
+        for row in table:
+            if row.get("args") is not None:
+                row["args"] = json.loads(row["args"])
+    return rows, lo, hi
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_random_event, min_size=1, max_size=30))
+def test_random_events_same_rows_as_python(tmp_path, events):
+    """Any values in the keys the columns read: where the C path takes a
+    piece, its rows are the Python paths' rows."""
+    path = _write(tmp_path / "t.json", _kineto_text(events))
+    for _took, with_c, python in _python_and_c(path, 128):
+        assert _as_values(with_c) == _as_values(python)
+
+
+_plain = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='"\\'), max_size=10)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+_typed = {"int64": _int64, "double": st.one_of(_int64, st.floats(allow_nan=False, allow_infinity=False)),
+          "string": _plain, "list<item: int64>": st.lists(_int64, max_size=4)}
+_common_args = st.fixed_dictionaries({}, optional={
+    **{key: st.one_of(st.none(), _typed[str(typ)]) for key, (_col, typ) in ARG_COLUMNS.items()},
+    "x": _value, "Ev Idx": _value, "é key": _value})
+_micros = st.one_of(st.none(), st.integers(-(10**15), 10**15),
+                    st.integers(-(10**12), 10**12).map(lambda n: n / 1000))
+_ident = st.one_of(st.none(), st.integers(-(10**16), 10**17), _plain)
+_common_event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "i", "M", "s", "t", "f", "n", "b", ""])}, optional={
+    "name": st.one_of(st.none(), _plain), "cat": _plain, "pid": _ident, "tid": _ident, "ts": _micros,
+    "dur": _micros, "id": _ident, "bind_id": _ident, "bp": st.just("e"), "extra": _value,
+    "args": st.one_of(st.none(), _common_args),
+})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_common_event, min_size=1, max_size=30))
+def test_common_events_taken_by_c_with_python_rows(tmp_path, events):
+    """Events in the common case, as json.dumps writes them (non-ASCII as
+    it is, strings of args with escapes): the C path takes every piece, and
+    its rows are the Python paths' rows."""
+    body = ",\n".join("  {\n    " + json.dumps(e, ensure_ascii=False)[1:-1] + "\n  }" for e in events)
+    path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
+    for took, with_c, python in _python_and_c(path, 128):
+        assert took
+        assert _as_values(with_c) == _as_values(python)
+    _assert_same(path, piece_bytes=128)
