@@ -23,5 +23,5 @@ class BuildPy(build_py):
 setup(
     cmdclass={"build_py": BuildPy},
     ext_modules=[Extension("tracedb._fastparse", ["tracedb/_fastparse.c"], optional=True,
-                           extra_compile_args=["-O2"])],
+                           extra_compile_args=["-O3"])],
 )

@@ -73,7 +73,7 @@ typedef struct {
     Buf offs;   /* int32 offsets (strings, lists) */
 } Col;
 
-static int col_bit(Col *c, int ok) {
+static inline int col_bit(Col *c, int ok) {
     if ((c->n & 7) == 0) {
         char z = 0;
         if (buf_put(&c->valid, &z, 1))
@@ -87,7 +87,7 @@ static int col_bit(Col *c, int ok) {
     return 0;
 }
 
-static int col_offset(Col *c) {
+static inline int col_offset(Col *c) {
     int64_t at = (int64_t)(c->kind == K_LIST ? c->data.len / 8 : c->data.len);
     if (at > INT32_MAX)
         return -2; /* declined: the Python paths take it */
@@ -169,6 +169,18 @@ static inline int hexval(char c) {
     return -1;
 }
 
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+
+/* Whether none of 8 bytes is a quote, a backslash, a control character or
+   past ASCII (the bit tricks of "Bit Twiddling Hacks": a zero byte, a byte
+   less than n). */
+static inline int plain8(uint64_t w) {
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    uint64_t hits = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
+    return (hits & HIGHS) == 0;
+}
+
 /* A string, at its opening quote: valid UTF-8, no control characters,
    valid escapes (no surrogate escapes). */
 static int read_string(Reader *r, Val *v) {
@@ -178,7 +190,15 @@ static int read_string(Reader *r, Val *v) {
     v->escaped = 0;
     v->s = (const char *)p;
     for (;;) {
-        /* runs of plain ASCII first */
+        /* runs of plain ASCII first: 8 bytes at a time, then one by one */
+        while (p + 8 <= end) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (plain8(w))
+                p += 8;
+            else
+                break;
+        }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
         if (p >= end)
@@ -558,25 +578,43 @@ static int put_arg(Col *c, const Val *v) {
     }
 }
 
-/* args' text without the whitespace outside strings */
+/* Whether none of 8 bytes is a quote or a backslash. */
+static inline int unquoted8(uint64_t w) {
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    return ((((q - ONES) & ~q) | ((b - ONES) & ~b)) & HIGHS) == 0;
+}
+
+/* args' text without the whitespace outside strings (the text is valid
+   JSON: read_args took it) */
 static int put_compact(Col *c, const char *s, const char *e) {
     if (buf_grow(&c->data, (size_t)(e - s)) || col_bit(c, 1))
         return -1;
     char *out = c->data.p + c->data.len;
-    int in_str = 0;
-    for (const char *p = s; p < e; p++) {
-        char ch = *p;
-        if (in_str) {
-            *out++ = ch;
-            if (ch == '\\') {
-                *out++ = *++p;
-            } else if (ch == '"') {
-                in_str = 0;
+    const char *p = s;
+    while (p < e) {
+        char ch = *p++;
+        if (is_ws(ch))
+            continue;
+        *out++ = ch;
+        if (ch != '"')
+            continue;
+        /* a string, to its closing quote, copied as it is */
+        for (;;) {
+            while (p + 8 <= e) {
+                uint64_t w;
+                memcpy(&w, p, 8);
+                if (!unquoted8(w))
+                    break;
+                memcpy(out, p, 8);
+                out += 8;
+                p += 8;
             }
-        } else if (!is_ws(ch)) {
+            ch = *p++;
             *out++ = ch;
-            if (ch == '"')
-                in_str = 1;
+            if (ch == '\\')
+                *out++ = *p++;
+            else if (ch == '"')
+                break;
         }
     }
     c->data.len = (size_t)(out - c->data.p);
@@ -739,8 +777,10 @@ static int read_event(Reader *r, Out *o, int64_t index) {
     Val f[N_FIELDS];
     Val args[N_ARGS];
     Val key, tmp;
-    memset(f, 0, sizeof f);
-    memset(args, 0, sizeof args);
+    for (int i = 0; i < N_FIELDS; i++)
+        f[i].type = V_ABSENT;
+    for (int i = 0; i < N_ARGS; i++)
+        args[i].type = V_ABSENT;
     r->p++;
     skip_ws(r);
     if (r->p < r->end && *r->p == '}')
