@@ -76,6 +76,7 @@ _DECLINED = [
     '"ph": "X", "ts": "12"',
     '"ph": "X", "dur": true',
     '"ph": "X", "ts": 4611686018427388',  # past 2**62 ns
+    '"ph": "X", "ts": 4611686018427387.905',  # 2**62 ns and 1
     '"ph": "X", "name": "a\\"b"',
     '"ph": "X", "name": 5',
     '"ph": "X", "name": "a", "name": "b"',

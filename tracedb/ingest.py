@@ -53,6 +53,7 @@ WORKERS_MIN_BYTES = 64 << 20
 # (the view library, 0.6 s) on a thread at the start. That connection leaves
 # about 40 MiB with the process until it ends: worth it where the commit is
 # a large share of the time, not on a 1 GiB trace, whose peak it would raise.
+# (Traces ingested by --jobs workers: always, as this process only waits.)
 EARLY_COMMIT_MAX_BYTES = 256 << 20
 
 
@@ -511,7 +512,11 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
         # A new warehouse's first commit applies the view library: made
         # empty on a thread while the first traces are read, where a core is
         # often idle, so that the commits of traces need not.
-        early = bool(pending) and not catalog.exists() and sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES
+        # Where the traces go to --jobs worker processes, this process only
+        # waits, so the connection's memory is not on top of a parse.
+        in_workers = jobs > 1 and len(pending) > 1
+        early = bool(pending) and not catalog.exists() and (
+            in_workers or sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES)
         first = thread.submit(_empty_commit, catalog, on_wait) if early else None
         _ingest_pending(warehouse, catalog, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
