@@ -4,6 +4,7 @@ takes, declining the rest, and writing the rows the Python paths write."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -93,6 +94,8 @@ _DECLINED = [
     '"ph": "X", "args": {"dtype": "a\\tb"}',
     '"ph": "X", "args": {"x": "\\ud83d\\ude00"}',
     '"ph": "X", "args": {"x": ' + "[" * 70 + "]" * 70 + "}",
+    '"ph": "X", "args": {"x": 12e382}',  # past a double, which msgspec refuses
+    '"ph": "X", "args": {"x": 1' + "0" * 400 + '.5}',
     '"ph": "X", "x": tru',
     '"ph": "X", "x": 01',
     '"ph": "X", "x": "tab\there"',
@@ -123,6 +126,23 @@ def _outcome(piece: Piece):
     except NotSplittable:
         return "declined"
     return _rows(res), res.ts_min_ns, res.ts_max_ns
+
+
+@pytest.mark.parametrize("c_path", [True, False], ids=["C", "Python"])
+def test_epoch_times_whose_doubles_look_whole(tmp_path, monkeypatch, c_path):
+    """Fractional epoch microseconds whose doubles have no fraction left
+    (1712195495737655.080 reads as ...655.0): exact on both paths. The
+    Python paths had them at ...655000 (found by fuzzing the C path against
+    them)."""
+    if not c_path:
+        monkeypatch.setattr(chunked, "_fastparse", None)
+    body = ",\n".join(
+        "  {\n    " + f'"ph": "X", "name": "k{i}", "pid": 1, "tid": 1, "ts": {ts}, "dur": 0.555' + "\n  }"
+        for i, ts in enumerate(["1712195495737655.080", "1712195495737656.001", "1712195495737657.999"]))
+    path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
+    rows = _assert_same(path, piece_bytes=1 << 20) and _outcome(next(SplitParser(path).pieces()))[0]["events"]
+    assert [r["ts_ns"] for r in rows] == [1712195495737655080, 1712195495737656001, 1712195495737657999]
+    assert [r["dur_ns"] for r in rows] == [555] * 3
 
 
 def test_odd_events_which_the_c_path_takes(tmp_path, monkeypatch):
@@ -200,3 +220,48 @@ def test_common_events_taken_by_c_with_python_rows(tmp_path, events):
         assert took
         assert _as_values(with_c) == _as_values(python)
     _assert_same(path, piece_bytes=128)
+
+
+_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cuda" / "v1" / "rank0.train.json.gz"
+_SPLICES = [b'"', b"\\", b"{", b"}", b"[", b"]", b",", b":", b"1", b".", b"-", b"e", b"\xff", b"\xc3",
+            b"\xed\xa0\x80", b"\\u", b"\\ud800", b"null", b" ", b"\n", b"\x01", b"0", b'"ph": "B"', b"1.2345",
+            b"1e5", b"12e382", b'"ts": 1712195495737655.080']
+
+
+@pytest.fixture(scope="module")
+def real_pieces() -> list[Piece]:
+    """A real CUDA trace (torch.profiler on an H200) cut into 4 KB pieces."""
+    return list(SplitParser(_FIXTURE, piece_bytes=4096).pieces())
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pick=st.integers(0, 10**6), edits=st.lists(
+    st.tuples(st.integers(0, 10**6), st.sampled_from(["flip", "splice", "cut", "end"]), st.integers(0, 255),
+              st.sampled_from(_SPLICES)), min_size=1, max_size=3))
+def test_mutated_real_pieces_same_rows_as_python(real_pieces, pick, edits):
+    """Real events with bytes flipped, spliced in, cut out or cut off (what
+    found the Python paths' inexact epoch times, and the numbers msgspec
+    refuses): where the C path takes the result, its rows are the Python
+    paths'."""
+    piece = real_pieces[pick % len(real_pieces)]
+    data = bytearray(piece.data)
+    for at, kind, byte, splice in edits:
+        i = at % (len(data) + 1)
+        if kind == "flip" and data:
+            data[min(i, len(data) - 1)] = byte
+        elif kind == "splice":
+            data[i:i] = splice
+        elif kind == "cut":
+            del data[i:i + 1 + byte % 8]
+        else:
+            del data[i:]
+    out = chunked._fastparse.parse(bytes(data).rstrip().rstrip(b","), piece.base)
+    if out is None:
+        return
+    mutated = Piece(piece.number, bytes(data), piece.base, out[0])
+    with_c = _outcome(mutated)
+    saved, chunked._fastparse = chunked._fastparse, None
+    try:
+        assert _as_values(with_c) == _as_values(_outcome(mutated))
+    finally:
+        chunked._fastparse = saved

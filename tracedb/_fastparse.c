@@ -56,6 +56,8 @@ static int buf_grow(Buf *b, size_t extra) {
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0)
+        return 0;
     if (b->len + n > b->cap && buf_grow(b, n))
         return -1;
     memcpy(b->p + b->len, src, n);
@@ -259,6 +261,29 @@ static int read_string(Reader *r, Val *v) {
 
 static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
 
+/* A number's text as a double, by Python's own reading: correctly
+   rounded, as msgspec's, and blind to the C locale (strtod is not). -1
+   where it is long or past a double's range. */
+static int read_double(const char *s, const char *e, double *out) {
+    char tmp[64], *stop;
+    size_t n = (size_t)(e - s);
+    if (n >= sizeof tmp)
+        return -1;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    *out = PyOS_string_to_double(tmp, &stop, NULL);
+    int bad = PyErr_Occurred() != NULL || *stop != 0 || Py_IS_INFINITY(*out);
+    PyErr_Clear();
+    PyGILState_Release(gil);
+    return bad ? -1 : 0;
+}
+
+static int past_double(const char *s, const char *e) {
+    double d;
+    return read_double(s, e, &d) != 0;
+}
+
 static int read_number(Reader *r, Val *v) {
     const char *p = r->p, *end = r->end;
     v->type = V_NUM;
@@ -270,12 +295,14 @@ static int read_number(Reader *r, Val *v) {
         p++;
     if (p >= end || !is_digit(*p))
         return fail(r);
+    const char *digits = p;
     if (*p == '0') {
         p++;
     } else {
         while (p < end && is_digit(*p))
             p++;
     }
+    long magnitude = (long)(p - digits) - 1; /* about log10 of the value */
     if (p < end && *p == '.') {
         p++;
         const char *f = p;
@@ -288,16 +315,26 @@ static int read_number(Reader *r, Val *v) {
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
+        int minus = 0;
         if (p < end && (*p == '+' || *p == '-'))
-            p++;
+            minus = *p++ == '-';
         const char *x = p;
-        while (p < end && is_digit(*p))
+        long e = 0;
+        while (p < end && is_digit(*p)) {
+            if (e < 100000)
+                e = e * 10 + (*p - '0');
             p++;
+        }
         if (p == x)
             return fail(r);
+        magnitude += minus ? -e : e;
         v->exp = 1;
         v->is_int = 0;
     }
+    /* A number past a double's range (1.8e308) that is not an integer,
+       msgspec refuses: declined. */
+    if (!v->is_int && (magnitude > 308 || (magnitude == 308 && past_double(v->s, p))))
+        return fail(r);
     v->e = p;
     r->p = p;
     return 0;
@@ -545,13 +582,8 @@ static int put_arg(Col *c, const Val *v) {
                 return -2;
             return put_f64(c, 1, (double)x);
         } else {
-            char tmp[64];
-            size_t n = (size_t)(v->e - v->s);
-            if (n >= sizeof tmp)
-                return -2;
-            memcpy(tmp, v->s, n);
-            tmp[n] = 0;
-            return put_f64(c, 1, strtod(tmp, NULL));
+            double d;
+            return read_double(v->s, v->e, &d) ? -2 : put_f64(c, 1, d);
         }
     case K_STR:
         return put_text(c, v);
@@ -668,7 +700,8 @@ typedef struct {
 static void widen(Out *o, int ts_ok, int64_t ts, int dur_ok, int64_t dur) {
     if (!ts_ok)
         return;
-    int64_t end = ts + (dur_ok ? dur : 0);
+    /* both within 2**62: wrapped as Arrow's add would at 2**63 */
+    int64_t end = (int64_t)((uint64_t)ts + (uint64_t)(dur_ok ? dur : 0));
     if (!o->has_span) {
         o->has_span = 1;
         o->lo = ts;

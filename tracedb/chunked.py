@@ -21,8 +21,10 @@ events without a phase, args that are not objects) takes the dict path:
 Exactness: both read fractional numbers as doubles. A timestamp written
 with at most 3 decimals (Kineto's ns resolution) and below 2**43 µs is
 recovered exactly from its double (the double's spacing there is under
-1 ns); a piece with a timestamp or duration of 4+ decimals or a larger
-fractional value is parsed with ijson's Decimals instead. Columns are built
+1 ns); a piece with a timestamp or duration of 4+ decimals, or with one
+written with a fraction at or past 2**43 µs, is parsed with ijson's
+Decimals instead. (The C path of _fastparse.c, tried first, reads every
+time exactly from its text.) Columns are built
 a column at a time (list comprehensions, pyarrow), not an event at a time;
 every value that is not of the common type goes through the same converters
 as the streaming parser, so both paths write the same rows.
@@ -82,7 +84,6 @@ PIECE_BYTES = 4 << 20
 _HEAD_LIMIT = 64 << 20
 _READ_BYTES = 4 << 20
 _TWO43 = float(1 << 43)
-_TWO53 = float(1 << 53)
 _TIME_LIMIT_NS = 1 << 62  # parse.py reads times past this as NULL (and says so)
 
 # A number with 4+ decimals (fast to find); _is_time_value then says whether
@@ -110,7 +111,7 @@ def _float_ns(v: float) -> int | None:
     """A timestamp orjson read as a double -> exact int ns, or InexactTime."""
     if v != v or v in (math.inf, -math.inf):
         return None
-    if abs(v) >= _TWO53 or (abs(v) >= _TWO43 and not v.is_integer()):
+    if abs(v) >= _TWO43:  # a fraction the text had may be gone from the double (.080 -> .0)
         raise InexactTime
     whole = math.floor(v)
     return whole * 1000 + round((v - whole) * 1000)
@@ -462,11 +463,13 @@ def _ns_array(vals: Sequence, check: "_TimeCheck | None") -> pa.Array:
     elif types <= {int, float}:
         arr = pa.array(vals, pa.float64())
         mag = pc.max(pc.abs(arr)).as_py()
-        if mag is not None and mag < _TWO53 and not pc.any(pc.is_nan(arr)).as_py():
+        if mag is not None and mag >= _TWO43:
+            # past 2**43 µs a double's spacing passes 1 ns: 1712195495737655.080
+            # reads as ...655.0, with no fraction left to say it had one
+            raise InexactTime
+        if mag is not None and not pc.any(pc.is_nan(arr)).as_py():
             whole = pc.floor(arr)
             frac = pc.subtract(arr, whole)
-            if mag >= _TWO43 and pc.any(pc.not_equal(frac, 0.0)).as_py():
-                raise InexactTime
             return pc.add(
                 pc.multiply(pc.cast(whole, pa.int64()), 1000),
                 pc.cast(pc.round(pc.multiply(frac, 1000.0)), pa.int64()),
