@@ -98,3 +98,28 @@ def test_moved_warehouse_is_repointed(tmp_path: Path):
     wh.rename(moved)
     db = tracedb.open(moved)
     assert db.sql("SELECT count(*) FROM events").fetchall() == [(1,)]
+
+
+def test_raw_views_over_files_have_the_columns_of_the_empty_ones(tmp_path: Path, monkeypatch):
+    """The library is bound over empty raw views (binding it over a trace's
+    files read their footers once per view): they must have the columns and
+    types the raw views over files have, flows and counters included. The
+    commit here is the one with the files (no early empty commit)."""
+    import tracedb.ingest as ingest
+    from tracedb.views import raw_columns
+
+    monkeypatch.setattr(ingest, "EARLY_COMMIT_MAX_BYTES", 0)
+    f = write_trace(tmp_path / "runs" / "v1" / "rank0.json", [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+         "args": {"grid": [1, 2, 3], "memory bandwidth (GB/s)": 1.5, "External id": 3}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 10},
+        {"ph": "C", "name": "memory", "pid": 0, "ts": 10, "args": {"allocated": 1}},
+    ])
+    wh = tmp_path / "wh"
+    tracedb.open(wh).ingest([f], jobs=1)
+    con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
+    for table in ("events", "flows", "counters"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 1
+        described = [(name, typ) for name, typ, *_ in con.execute(f"DESCRIBE {table}").fetchall()]
+        assert described == raw_columns(table), table
+    assert con.execute("SELECT name, calls FROM hotspots").fetchall() == [("k", 1)]
