@@ -15,11 +15,12 @@
    - cat, name, bp: null or strings without escapes; pid, tid, id, bind_id:
      null, strings without escapes, or integers (their text, "-0" aside);
    - args: an object (or null), its text without the whitespace outside
-     strings (as msgspec.json.format(indent=-1) writes it); the keys of the
-     typed columns without escapes, once each, with values of the column's
-     type or null (integers within int64; a list of them);
+     strings (as msgspec.json.format(indent=-1) writes it); its keys without
+     escapes, those of the typed columns once each, with values of the
+     column's type or null (integers within int64; a list of them);
    - no key escaped or twice at an event's top level, no "\u" escape of a
-     surrogate anywhere, nesting at most 64 deep.
+     surrogate anywhere, no number with a fraction or an exponent past a
+     double's range (msgspec refuses them), nesting at most 64 deep.
 
    Nothing here knows Arrow beyond its buffer layout: validity bitmaps
    (LSB first), int32 offsets, little-endian values. */
@@ -136,8 +137,7 @@ static int put_str(Col *c, const char *s, size_t n) {
 
 typedef struct {
     const char *p, *end;
-    int decline; /* set with a return of -1: out of the common case */
-    int nomem;
+    int nomem; /* set with a return of -1 when memory ran out, not the text */
 } Reader;
 
 /* A value as read: where it starts and ends, and what it is. */
@@ -159,8 +159,9 @@ static inline void skip_ws(Reader *r) {
         r->p++;
 }
 
+/* Out of the common case: the piece is declined. */
 static int fail(Reader *r) {
-    r->decline = 1;
+    (void)r;
     return -1;
 }
 
@@ -565,7 +566,9 @@ static int put_arg(Col *c, const Val *v) {
         case K_STR:
             return put_str(c, NULL, 0);
         default:
-            return col_bit(c, 0) || col_offset(c);
+            if (col_bit(c, 0))
+                return -1;
+            return col_offset(c);
         }
     }
     int64_t x;
@@ -591,7 +594,7 @@ static int put_arg(Col *c, const Val *v) {
         if (v->type != V_ARR)
             return -2;
         {
-            Reader r = {v->s + 1, v->e - 1, 0, 0};
+            Reader r = {v->s + 1, v->e - 1, 0};
             Val item;
             skip_ws(&r);
             while (r.p < r.end) {
@@ -606,7 +609,9 @@ static int put_arg(Col *c, const Val *v) {
                 }
             }
         }
-        return col_bit(c, 1) || col_offset(c);
+        if (col_bit(c, 1))
+            return -1;
+        return col_offset(c);
     }
 }
 
@@ -940,7 +945,7 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
-    Reader r = {(const char *)view.buf, (const char *)view.buf + view.len, 0, 0};
+    Reader r = {(const char *)view.buf, (const char *)view.buf + view.len, 0};
     int ok = 1;
     Py_BEGIN_ALLOW_THREADS
     skip_ws(&r);
