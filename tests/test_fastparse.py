@@ -140,12 +140,13 @@ def test_epoch_times_whose_doubles_look_whole(tmp_path, monkeypatch, c_path):
         "  {\n    " + f'"ph": "X", "name": "k{i}", "pid": 1, "tid": 1, "ts": {ts}, "dur": 0.555' + "\n  }"
         for i, ts in enumerate(["1712195495737655.080", "1712195495737656.001", "1712195495737657.999"]))
     path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
-    rows = _assert_same(path, piece_bytes=1 << 20) and _outcome(next(SplitParser(path).pieces()))[0]["events"]
+    _assert_same(path, piece_bytes=1 << 20)
+    rows = _outcome(next(SplitParser(path).pieces()))[0]["events"]
     assert [r["ts_ns"] for r in rows] == [1712195495737655080, 1712195495737656001, 1712195495737657999]
     assert [r["dur_ns"] for r in rows] == [555] * 3
 
 
-def test_odd_events_which_the_c_path_takes(tmp_path, monkeypatch):
+def test_odd_events_which_the_c_path_takes(tmp_path):
     """test_chunked's odd events, each a piece: the C path takes those in
     the common case, and the file reads as the streaming parser reads it."""
     took = [chunked._fastparse.parse(_piece(e).data, 0) is not None for e in _ODD_EVENTS]
@@ -156,7 +157,8 @@ def test_odd_events_which_the_c_path_takes(tmp_path, monkeypatch):
 
 
 def _python_and_c(path, piece_bytes: int) -> list[tuple]:
-    """Each piece parsed by both paths: (C's rows or None, Python's)."""
+    """Each piece parsed with the C path first and without it: (whether C
+    took it, the outcome with C, the outcome without)."""
     out = []
     for piece in SplitParser(path, piece_bytes=piece_bytes).pieces():
         c = chunked._fastparse.parse(piece.data.rstrip().rstrip(b","), piece.base)
