@@ -341,6 +341,34 @@ static int read_number(Reader *r, Val *v) {
     return 0;
 }
 
+/* A member's name, at its opening quote, and the colon after it. */
+static inline int read_key(Reader *r, Val *key) {
+    if (r->p >= r->end || *r->p != '"' || read_string(r, key))
+        return fail(r);
+    skip_ws(r);
+    if (r->p >= r->end || *r->p != ':')
+        return fail(r);
+    r->p++;
+    skip_ws(r);
+    return 0;
+}
+
+/* After a member or an item: 1 past a comma (another follows), 0 past
+   ``close`` (the container ends), -1 at anything else. */
+static inline int next_member(Reader *r, char close) {
+    skip_ws(r);
+    if (r->p < r->end && *r->p == ',') {
+        r->p++;
+        skip_ws(r);
+        return 1;
+    }
+    if (r->p < r->end && *r->p == close) {
+        r->p++;
+        return 0;
+    }
+    return fail(r);
+}
+
 static int skip_value(Reader *r, Val *v, int depth);
 
 static int skip_container(Reader *r, int depth, char close) {
@@ -353,32 +381,12 @@ static int skip_container(Reader *r, int depth, char close) {
         r->p++;
         return 0;
     }
-    for (;;) {
-        if (close == '}') {
-            if (r->p >= r->end || *r->p != '"' || read_string(r, &v))
-                return fail(r);
-            skip_ws(r);
-            if (r->p >= r->end || *r->p != ':')
-                return fail(r);
-            r->p++;
-            skip_ws(r);
-        }
-        if (skip_value(r, &v, depth + 1))
+    int more;
+    do {
+        if ((close == '}' && read_key(r, &v)) || skip_value(r, &v, depth + 1))
             return -1;
-        skip_ws(r);
-        if (r->p >= r->end)
-            return fail(r);
-        if (*r->p == ',') {
-            r->p++;
-            skip_ws(r);
-            continue;
-        }
-        if (*r->p == close) {
-            r->p++;
-            return 0;
-        }
-        return fail(r);
-    }
+    } while ((more = next_member(r, close)) > 0);
+    return more;
 }
 
 static int read_literal(Reader *r, const char *word, size_t n) {
@@ -776,38 +784,20 @@ static int read_args(Reader *r, Val *whole, Val *args) {
         whole->e = r->p;
         return 0;
     }
-    for (;;) {
-        if (r->p >= r->end || *r->p != '"' || read_string(r, &key))
+    int more;
+    do {
+        if (read_key(r, &key) || key.escaped)
             return fail(r);
-        skip_ws(r);
-        if (r->p >= r->end || *r->p != ':')
-            return fail(r);
-        r->p++;
-        skip_ws(r);
-        int i = key.escaped ? -2 : arg_index(key.s, (size_t)(key.e - key.s));
-        if (i == -2)
-            return fail(r);
+        int i = arg_index(key.s, (size_t)(key.e - key.s));
         Val tmp;
         Val *v = i >= 0 ? &args[i] : &tmp;
         if (i >= 0 && v->type != V_ABSENT)
             return fail(r); /* twice */
         if (skip_value(r, v, 2))
             return -1;
-        skip_ws(r);
-        if (r->p >= r->end)
-            return fail(r);
-        if (*r->p == ',') {
-            r->p++;
-            skip_ws(r);
-            continue;
-        }
-        if (*r->p == '}') {
-            r->p++;
-            whole->e = r->p;
-            return 0;
-        }
-        return fail(r);
-    }
+    } while ((more = next_member(r, '}')) > 0);
+    whole->e = r->p;
+    return more;
 }
 
 /* One event, at its "{". */
@@ -823,15 +813,9 @@ static int read_event(Reader *r, Out *o, int64_t index) {
     skip_ws(r);
     if (r->p < r->end && *r->p == '}')
         return fail(r); /* no phase */
-    for (;;) {
-        if (r->p >= r->end || *r->p != '"' || read_string(r, &key))
-            return fail(r);
-        skip_ws(r);
-        if (r->p >= r->end || *r->p != ':')
-            return fail(r);
-        r->p++;
-        skip_ws(r);
-        if (key.escaped)
+    int more;
+    do {
+        if (read_key(r, &key) || key.escaped)
             return fail(r);
         int i = field_index(key.s, (size_t)(key.e - key.s));
         if (i >= 0 && f[i].type != V_ABSENT)
@@ -842,20 +826,9 @@ static int read_event(Reader *r, Out *o, int64_t index) {
         } else if (skip_value(r, i >= 0 ? &f[i] : &tmp, 1)) {
             return -1;
         }
-        skip_ws(r);
-        if (r->p >= r->end)
-            return fail(r);
-        if (*r->p == ',') {
-            r->p++;
-            skip_ws(r);
-            continue;
-        }
-        if (*r->p == '}') {
-            r->p++;
-            break;
-        }
-        return fail(r);
-    }
+    } while ((more = next_member(r, '}')) > 0);
+    if (more < 0)
+        return -1;
     if (f[F_ARGS].type != V_ABSENT && f[F_ARGS].type != V_OBJ && f[F_ARGS].type != V_NULL)
         return fail(r);
     int rc = emit(o, index, f, args);
