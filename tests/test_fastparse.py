@@ -113,18 +113,21 @@ def test_declined_pieces_take_the_python_paths(event):
     assert chunked._fastparse.parse(data, 0) is None
     assert chunked._fastparse.parse(data + b",\n  1", 0) is None  # not an object
     got = _outcome(piece)
-    chunked._fastparse, saved = None, chunked._fastparse
-    try:
-        assert got == _outcome(piece)
-    finally:
-        chunked._fastparse = saved
+    assert got == _outcome(piece, c_path=False)
 
 
-def _outcome(piece: Piece):
+def _outcome(piece: Piece, c_path: bool = True):
+    """The piece's rows and span (or "declined"), with the C path first or
+    with the Python paths alone."""
+    saved = chunked._fastparse
+    if not c_path:
+        chunked._fastparse = None
     try:
         res = parse_piece(piece)
     except NotSplittable:
         return "declined"
+    finally:
+        chunked._fastparse = saved
     return _rows(res), res.ts_min_ns, res.ts_max_ns
 
 
@@ -162,12 +165,7 @@ def _python_and_c(path, piece_bytes: int) -> list[tuple]:
     out = []
     for piece in SplitParser(path, piece_bytes=piece_bytes).pieces():
         c = chunked._fastparse.parse(piece.data.rstrip().rstrip(b","), piece.base)
-        with_c = _outcome(piece)
-        saved, chunked._fastparse = chunked._fastparse, None
-        try:
-            out.append((c is not None, with_c, _outcome(piece)))
-        finally:
-            chunked._fastparse = saved
+        out.append((c is not None, _outcome(piece), _outcome(piece, c_path=False)))
     return out
 
 
@@ -261,9 +259,4 @@ def test_mutated_real_pieces_same_rows_as_python(real_pieces, pick, edits):
     if out is None:
         return
     mutated = Piece(piece.number, bytes(data), piece.base, out[0])
-    with_c = _outcome(mutated)
-    saved, chunked._fastparse = chunked._fastparse, None
-    try:
-        assert _as_values(with_c) == _as_values(_outcome(mutated))
-    finally:
-        chunked._fastparse = saved
+    assert _as_values(_outcome(mutated)) == _as_values(_outcome(mutated, c_path=False))
