@@ -11,13 +11,16 @@ from setuptools.command.build_py import build_py
 
 class BuildPy(build_py):
     """queries/ and migrations/ into a wheel's tracedb/ (catalog.resource_dir
-    finds them there; an editable install reads them from the checkout)."""
+    finds them there; an editable install reads them from the checkout), and
+    the CUDA sample traces that `tracedb demo` ingests into tracedb/samples/."""
 
     def run(self):
         super().run()
         if not self.editable_mode:
+            pkg = Path(self.build_lib) / "tracedb"
             for name in ("queries", "migrations"):
-                shutil.copytree(name, Path(self.build_lib) / "tracedb" / name, dirs_exist_ok=True)
+                shutil.copytree(name, pkg / name, dirs_exist_ok=True)
+            shutil.copytree("tests/fixtures/cuda", pkg / "samples" / "cuda", dirs_exist_ok=True)
 
 
 setup(

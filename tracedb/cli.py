@@ -7,8 +7,10 @@ Exit codes: 0 success, 1 an error (or any file failed to ingest), 2 usage.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import click
 import duckdb
@@ -127,11 +129,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
                            on_wait=lambda m: bar.write(m + " ...", file=sys.stderr))
     finally:
         bar.close()
-    _err(
-        f"Ingested {len(report.ingested)} file(s): {report.event_count:,} events, "
-        f"{report.bytes / 1e6:,.1f} MB in {report.seconds:.1f} s ({report.mb_per_s:,.1f} MB/s); "
-        f"skipped {len(report.skipped)} already ingested; {len(report.failed)} failed."
-    )
+    _err(report.summary())
     stale = db.stale_summaries() if report.ingested else 0
     if stale:
         _err(f"{stale} trace(s) have summaries made by another tracedb or comm_patterns.csv: the marts "
@@ -335,6 +333,49 @@ def serve(ctx, host, port, statement_timeout, max_rows):
         server.serve_forever()
     except KeyboardInterrupt:
         _err("Stopped.")
+
+
+@main.command()
+@click.argument("folder", default="tracedb-demo", type=click.Path(file_okay=False))
+@click.option("--capture/--no-capture", default=None,
+              help="Also capture 2-rank CPU jobs with torch (default: when torch is installed).")
+def demo(folder, capture):
+    """Make a warehouse from the real traces that ship with tracedb (H200
+    runs v1 and v2; with torch, captured CPU runs too) and show what it
+    answers, with the command behind each part. FOLDER holds the warehouse
+    (FOLDER/warehouse); a rerun skips what is already there.
+
+    \b
+    Example:
+      tracedb demo
+      tracedb demo /tmp/tracedb-demo --no-capture
+    """
+    from .demo import prepare
+
+    made = prepare(folder, capture, on_progress=_err)
+    _err(made.report.summary())
+    w = shlex.quote(str(Path(folder) / "warehouse"))
+    sections = [
+        ("What was ingested: runs, phases, ranks", f"tracedb -w {w} runs", made.db.runs()),
+        ("Where v2's GPU time went: the top kernels",
+         f"tracedb -w {w} query hotspots --run v2 --limit 5", made.db.query("hotspots", run="v2", limit=5)),
+        ("What changed from v1 to v2 in training, largest first",
+         f"tracedb -w {w} query regressions --base v1 --run v2 --phase train --limit 8",
+         made.db.query("regressions", base="v1", run="v2", phase="train", limit=8)),
+    ]
+    for title, command, rel in sections:
+        click.echo(f"== {title}\n$ {command}")
+        write(rel, "table", sys.stdout)
+        click.echo()
+    click.echo("== The same warehouse from a BI tool or psql")
+    click.echo(f"$ tracedb -w {w} serve")
+    click.echo('$ psql "host=127.0.0.1 port=5433 dbname=tracedb user=tracedb" -c "SELECT * FROM hotspots LIMIT 5"')
+    click.echo(f"(or open {made.db.catalog.path} read-only with DuckDB; `tracedb -w {w} views` lists every mart)")
+    if not made.captured:
+        _err("With torch installed (pip install 'tracedb[torch]'), the demo also captures CPU runs cpu-v1, cpu-v2, cpu-infer.")
+    made.db.close()
+    if made.report.failed:
+        raise click.ClickException(f"{len(made.report.failed)} sample trace(s) failed to ingest")
 
 
 if __name__ == "__main__":  # pragma: no cover

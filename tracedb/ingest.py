@@ -107,6 +107,12 @@ class IngestReport:
     def mb_per_s(self) -> float:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
+    def summary(self) -> str:
+        """One line: what was ingested, how fast, what was skipped or failed."""
+        return (f"Ingested {len(self.ingested)} file(s): {self.event_count:,} events, "
+                f"{self.bytes / 1e6:,.1f} MB in {self.seconds:.1f} s ({self.mb_per_s:,.1f} MB/s); "
+                f"skipped {len(self.skipped)} already ingested; {len(self.failed)} failed.")
+
 
 def hash_file(path: Path) -> str:
     """Content hash of the file as stored: the trace's file_id."""
