@@ -14,6 +14,8 @@ from conftest import ROOT, corpus_file, trace_events, write_trace
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 SOURCE = "hta/nccl_parser_config/nccl_data.json.gz"
 
 

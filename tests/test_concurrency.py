@@ -10,10 +10,13 @@ import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
 import tracedb
 from synth import write_kineto_like
 from test_crash import assert_exactly, assert_only_whole_traces, expected_for, ingest_cmd
+
+pytestmark = pytest.mark.slow
 
 
 def test_readers_never_fail_while_ingests_swap_the_catalog(tmp_path: Path):

@@ -24,6 +24,8 @@ from conftest import write_trace
 from oracle import expected_counts
 from synth import write_kineto_like
 
+pytestmark = pytest.mark.slow
+
 TRACE_BYTES = 3 << 20
 TABLES = {"events": "event_count", "flows": "flow_count", "counters": "counter_count"}
 
