@@ -132,7 +132,7 @@ def inference_sweep(out: str | Path, batch_sizes: tuple[int, ...] = SWEEP_BATCH_
         with torch.no_grad():
             for _ in range(warmup):
                 model(x)
-            with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3),
+            with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
                          on_trace_ready=trace_handler(out, run, "inference", config=config)) as prof:
                 for _ in range(4):
                     model(x)
