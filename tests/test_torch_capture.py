@@ -130,7 +130,8 @@ def test_forward_spans_ingest_as_latency(tmp_path: Path):
                      on_trace_ready=trace_handler(tmp_path / "runs", "bs4", "inference")):
             for _ in range(3):
                 model(x)
-        for _ in range(22):
+            timer.time(model, x)  # a range too, and one pass
+        for _ in range(21):
             model(x)
     stats = timer.stats()
     path = timer.write(tmp_path / "runs", "bs4", config={"batch_size": 4, "compiled": False})
@@ -139,7 +140,7 @@ def test_forward_spans_ingest_as_latency(tmp_path: Path):
     assert len(spans) == stats["count"] == 25
     assert {(e["ph"], e["cat"], e["name"], e["args"]["clock"]) for e in spans} == {("X", "latency", "forward", "wall")}
     kineto = load_json(tmp_path / "runs" / "bs4" / "inference" / "rank0.pt.trace.json.gz")["traceEvents"]
-    assert sum(e.get("name") == "forward" and e.get("cat") == "user_annotation" for e in kineto) == 3
+    assert sum(e.get("name") == "forward" and e.get("cat") == "user_annotation" for e in kineto) == 4
 
     db = tracedb.open(tmp_path / "wh")
     assert not db.ingest([tmp_path / "runs"], jobs=1).failed
@@ -150,7 +151,7 @@ def test_forward_spans_ingest_as_latency(tmp_path: Path):
         assert row[f"{key}_us"] / 1e3 == pytest.approx(stats[f"{key}_ms"], rel=1e-9)
     # The profiler's record_function ranges are there too, under their own clock.
     rel = db.query("latency", span="forward", kind="annotation")
-    assert [(r[rel.columns.index("clock")], r[rel.columns.index("calls")]) for r in rel.fetchall()] == [("trace", 3)]
+    assert [(r[rel.columns.index("clock")], r[rel.columns.index("calls")]) for r in rel.fetchall()] == [("trace", 4)]
     assert db.runs().fetchall()[0][-1] == "batch_size=4 compiled=false"
     # A second write is a new file, never the first rewritten.
     model(x)

@@ -30,6 +30,7 @@ import gzip
 import json
 import os
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -145,7 +146,7 @@ class ForwardTimer:
         # (clock, start in epoch ns, duration ns) of each finished pass.
         self._done: list[tuple[str, int, int]] = []
         # cuda_event passes whose end event may not have completed yet.
-        self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, int]] = []
+        self._pending: deque[tuple[torch.cuda.Event, torch.cuda.Event, int]] = deque()
         self._open: list[tuple[Any, int, Any]] = []  # (record_function, start, start event) per open forward
         self._timing_call = False
         self._epoch_minus_mono = time.time_ns() - time.perf_counter_ns()
@@ -170,16 +171,21 @@ class ForwardTimer:
             if module is not None and hasattr(module, "synchronize"):
                 module.synchronize()
 
+    def _enter_range(self) -> Any:
+        """A ``record_function(name)`` range, entered, while a profiler records; else None."""
+        if not torch.autograd.profiler._is_profiler_enabled:
+            return None
+        rf = torch.profiler.record_function(self.name)
+        rf.__enter__()
+        return rf
+
     def _before(self, module, args) -> None:
         if self._timing_call:
             return
-        rf = None
-        if torch.autograd.profiler._is_profiler_enabled:
-            rf = torch.profiler.record_function(self.name)
-            rf.__enter__()
+        rf = self._enter_range()
         if self.clock == "cuda_event":
             start = torch.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(torch.cuda.current_stream(self.device))
             self._open.append((rf, time.time_ns(), start))
         else:
             self._sync()
@@ -191,7 +197,7 @@ class ForwardTimer:
         rf, t0, start = self._open.pop()
         if self.clock == "cuda_event":
             end = torch.cuda.Event(enable_timing=True)
-            end.record()
+            end.record(torch.cuda.current_stream(self.device))
             self._pending.append((start, end, t0))
             self._collect(block=False)
         else:
@@ -210,7 +216,7 @@ class ForwardTimer:
                 end.synchronize()
             elif not end.query():
                 return
-            self._pending.pop(0)
+            self._pending.popleft()
             self._done.append(("cuda_event", t0, round(start.elapsed_time(end) * 1e6)))
 
     # -- CUDA graphs and other calls the hooks miss ---------------------
@@ -218,16 +224,20 @@ class ForwardTimer:
     def time(self, fn: Callable, *args, **kwargs):
         """Call ``fn(*args, **kwargs)`` timed with the synchronized wall
         clock (a CUDA graph's ``replay``, or a captured callable); returns
-        what it returns. Hooks the call fires are not counted twice."""
-        self._sync()
-        t0 = time.perf_counter_ns()
+        what it returns. Hooks the call fires are not counted twice; under
+        a profiler the call is a ``record_function(name)`` range too."""
+        rf = self._enter_range()
         self._timing_call = True
         try:
+            self._sync()
+            t0 = time.perf_counter_ns()
             out = fn(*args, **kwargs)
             self._sync()
+            t1 = time.perf_counter_ns()
         finally:
             self._timing_call = False
-        t1 = time.perf_counter_ns()
+            if rf is not None:
+                rf.__exit__(None, None, None)
         self._done.append(("wall", t0 + self._epoch_minus_mono, t1 - t0))
         return out
 
