@@ -161,6 +161,13 @@ def test_tags_round_trip(tmp_path: Path):
     db = tracedb.open(wh)
     assert db.sql("SELECT count(*) FROM run_tags").fetchall() == [(8,)]
     db.close()
+    # Removing a whole run removes its tags; removing a phase of one keeps them.
+    tracedb.open(wh).remove("bs1", phase="train")
+    tracedb.open(wh).remove("bs8")
+    db = tracedb.open(wh)
+    assert db.sql("SELECT DISTINCT run FROM run_tags").fetchall() == [("bs1",)]
+    assert not (wh / "run_tags" / "run=bs8").exists()
+    db.close()
 
 
 def test_tag_errors(tmp_path: Path):

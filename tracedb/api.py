@@ -118,11 +118,15 @@ class TraceDB:
     def remove(self, run: str, rank: int | None = None, phase: str | None = None,
                on_wait: Callable[[str], None] | None = None) -> int:
         """Take every trace of a run (or of one rank / phase of it) out of
-        the warehouse; returns how many traces went."""
+        the warehouse, and a whole run's tags; returns how many traces went."""
+        from . import tags
         from .remove import remove
 
         self.close()
-        return remove(self.warehouse, run, rank=rank, phase=phase, on_wait=on_wait)
+        removed = remove(self.warehouse, run, rank=rank, phase=phase, on_wait=on_wait)
+        if rank is None and phase is None:
+            tags.drop(self.catalog, run, on_wait)
+        return removed
 
     # -- reading ----------------------------------------------------------
 

@@ -6,7 +6,8 @@ folder above it (``root/<run>/run.json`` beside ``root/<run>/<phase>/``).
 They are kept in the warehouse as Parquet, one small file per run
 (``run_tags/run=<run>/tags.parquet``: run, key, value), so they survive a
 rebuild of the catalog like the traces do; the catalog's ``run_tags`` view
-lists them. A tag given again replaces the run's old value of that key.
+lists them. A tag given again replaces the run's old value of that key;
+removing a whole run removes its tags.
 """
 
 from __future__ import annotations
@@ -100,6 +101,22 @@ def save(catalog: Catalog, tags: dict[str, dict[str, str]],
         for run, kv in sorted(tags.items()):
             if kv:
                 _write(catalog.warehouse, con, run, kv)
+
+
+def drop(catalog: Catalog, run: str, on_wait: Callable[[str], None] | None = None) -> None:
+    """Remove a run's tags (``tracedb remove --run``): out of the view in
+    one catalog swap, then off the disk."""
+    path = _path(catalog.warehouse, run)
+    if not path.exists():
+        return
+    aside = path.with_name(f".{os.getpid()}.removed.{TAGS_FILE}")
+    with catalog.writing(on_wait):
+        os.replace(path, aside)
+    aside.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # not empty
 
 
 def bind(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
