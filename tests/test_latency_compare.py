@@ -72,6 +72,7 @@ def compare_wh(tmp_path_factory) -> Path:
         _timer_trace(root, run, durs)
     # A CUDA-event run: another quantity, never compared with wall-clock ones.
     _timer_trace(root, "gpu", [500.0] * 10, clock="cuda_event")
+    _timer_trace(root, "gpu_again", [500.0] * 5, clock="cuda_event")
     wh = root.parent / "wh"
     report = tracedb.open(wh).ingest([root], jobs=1)
     assert not report.failed
@@ -81,7 +82,7 @@ def compare_wh(tmp_path_factory) -> Path:
 def test_latency_keeps_clocks_apart(compare_wh: Path):
     rel = tracedb.open(compare_wh).query("latency", span="forward")
     rows = {r[0]: dict(zip(rel.columns, r)) for r in rel.fetchall()}
-    assert sorted(rows) == ["base", "gpu", "same", "slow", "tied"]
+    assert sorted(rows) == ["base", "gpu", "gpu_again", "same", "slow", "tied"]
     assert {r["kind"] for r in rows.values()} == {"timer"}
     assert rows["gpu"]["clock"] == "cuda_event" and rows["base"]["clock"] == "wall"
     for run, durs in RUNS.items():
@@ -113,6 +114,13 @@ def test_compare_against_the_oracle(compare_wh: Path):
     assert (rows["slow"]["is_beyond_noise"], rows["slow"]["change"]) == (True, "slower")
     assert (rows["same"]["is_beyond_noise"], rows["same"]["change"]) == (False, "same")
     assert rows["tied"]["is_beyond_noise"] is False
+
+
+def test_compare_of_identical_samples_has_no_test(compare_wh: Path):
+    rel = tracedb.open(compare_wh).query("latency", span="forward", base="gpu")
+    rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    assert [(r["run"], r["clock"], r["p50_ratio"], r["p_value"], r["is_beyond_noise"], r["change"]) for r in rows] == [
+        ("gpu_again", "cuda_event", 1.0, None, False, "same")]
 
 
 def test_compare_alpha_and_the_cli(compare_wh: Path):

@@ -56,21 +56,26 @@ sides AS (
     GROUP BY run, phase, kind, clock
 ),
 tested AS (
-    SELECT s.*,
-        -- U of the run's sample less its mean under no difference, over its standard deviation.
-        CASE WHEN variance > 0 THEN (rank_sum - n_run * (n_run + 1) / 2 - n_run * n_base / 2) / sqrt(variance) END AS z
-    FROM (
-        SELECT s.*, n_run * n_base / 12
-            * ((n_run + n_base + 1) - t.tie_term / ((n_run + n_base) * (n_run + n_base - 1))) AS variance
-        FROM sides s JOIN ties t USING (run, phase, kind, clock)
-    ) s
+    SELECT s.run, s.phase, s.kind, s.clock, n_base, n_run,
+        base_p50_ns, base_p95_ns, base_p99_ns, p50_ns, p95_ns, p99_ns,
+        -- The run's U less its mean under no difference, over its standard deviation (tie-corrected).
+        (rank_sum - n_run * (n_run + 1) / 2 - n_run * n_base / 2)
+            / nullif(sqrt(n_run * n_base / 12
+                          * ((n_run + n_base + 1) - t.tie_term / ((n_run + n_base) * (n_run + n_base - 1)))), 0) AS z
+    FROM sides s JOIN ties t ON t.run = s.run AND t.phase = s.phase AND t.kind = s.kind AND t.clock = s.clock
 ),
 p_values AS (
     -- Two-sided p = erfc(|z| / sqrt 2); erfc by Abramowitz & Stegun 7.1.26 (error under 1.5e-7).
-    SELECT *, CASE WHEN z IS NOT NULL THEN
+    SELECT run, phase, kind, clock, n_base, n_run,
+        base_p50_ns, base_p95_ns, base_p99_ns, p50_ns, p95_ns, p99_ns, z,
         (0.254829592 * e - 0.284496736 * e ^ 2 + 1.421413741 * e ^ 3 - 1.453152027 * e ^ 4 + 1.061405429 * e ^ 5)
-        * exp(-(z * z) / 2) END AS p_value
-    FROM (SELECT *, 1 / (1 + 0.3275911 * abs(z) / sqrt(2)) AS e FROM tested)
+            * exp(-(z * z) / 2) AS p_value
+    FROM (
+        SELECT run, phase, kind, clock, n_base, n_run,
+            base_p50_ns, base_p95_ns, base_p99_ns, p50_ns, p95_ns, p99_ns, z,
+            1 / (1 + 0.3275911 * abs(z) / sqrt(2)) AS e
+        FROM tested
+    )
 )
 SELECT
     run,
