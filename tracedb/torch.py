@@ -18,7 +18,8 @@ way DeepSpeed's ``profile_model_time()`` / ``model_times()`` do:
 - ``auto``: ``cuda_event`` when the model is on a CUDA device, else ``wall``.
 
 Forward hooks do not fire while a CUDA graph replays: ``timer.time(fn,
-*args)`` times such a call with the synchronized wall clock. ``write()``
+*args)`` times such a call with the synchronized wall clock (and the hooks
+leave alone the forward captured into a graph). ``write()``
 turns the passes into Chrome-trace spans (``cat: "latency"``, ``args.clock``)
 in the same layout, and a ``run.json`` of the run's configuration that
 ``tracedb ingest`` reads as the run's tags.
@@ -179,8 +180,13 @@ class ForwardTimer:
         rf.__enter__()
         return rf
 
+    def _skipped(self) -> bool:
+        """Inside ``time()``, or while a CUDA graph is captured (nothing runs
+        then, and synchronizing would break the capture)."""
+        return self._timing_call or (self.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
     def _before(self, module, args) -> None:
-        if self._timing_call:
+        if self._skipped():
             return
         rf = self._enter_range()
         if self.clock == "cuda_event":
@@ -192,7 +198,7 @@ class ForwardTimer:
             self._open.append((rf, time.perf_counter_ns(), None))
 
     def _after(self, module, args, output) -> None:
-        if self._timing_call or not self._open:
+        if self._skipped() or not self._open:
             return
         rf, t0, start = self._open.pop()
         if self.clock == "cuda_event":
