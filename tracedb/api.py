@@ -49,6 +49,7 @@ class TraceDB:
         from .schema import TABLES
         from .store import STAGING
         from .summaries import SUMMARY_DIR
+        from .tags import TAGS_DIR
         from .views import COMM_PATTERNS_CSV
 
         w = self.warehouse
@@ -56,7 +57,7 @@ class TraceDB:
             raise WarehouseError(f"{w}: exists and is not a folder")
         if w.is_dir() and not (w / CATALOG_NAME).exists() and any(
             # (.tracedb*: locks and catalog copies of an ingest killed before its first swap)
-            p.name not in {*TABLES, SUMMARY_DIR, STAGING, COMM_PATTERNS_CSV}
+            p.name not in {*TABLES, SUMMARY_DIR, STAGING, COMM_PATTERNS_CSV, TAGS_DIR}
             and not p.name.startswith(".tracedb")
             for p in w.iterdir()
         ):
@@ -71,19 +72,28 @@ class TraceDB:
 
     def ingest(self, paths: list[str | os.PathLike] | None = None, *, files: list[TraceFile] | None = None,
                run: str | None = None, rank: int | None = None, phase: str | None = None,
-               jobs: int | None = None,
+               jobs: int | None = None, tags: dict[str, str] | None = None,
                on_result: Callable[[FileResult], None] | None = None,
                on_wait: Callable[[str], None] | None = None) -> IngestReport:
         """Ingest trace files (or folders of them). Already-ingested content is
-        skipped; failures are recorded in ``traces`` and reported, never raised."""
+        skipped; failures are recorded in ``traces`` and reported, never raised.
+        Each run ingested (or already there) gets the tags of the run.json
+        beside its traces, then ``tags`` (tracedb.tags)."""
+        from . import tags as run_tags
         from .ingest import run_ingest
 
         if files is None:
             files = discover(paths or [], run=run, rank=rank, phase=phase)
+        configs = run_tags.run_configs(files)
         self._check_writable_target()
         self.close()
         jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-        return run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
+        report = run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
+        present = {r.run for r in report.results if r.status != "failed"}
+        wanted = {r: {**configs.get(r, {}), **(tags or {})} for r in present}
+        if any(wanted.values()):
+            run_tags.save(self.catalog, wanted, on_wait)
+        return report
 
     def rebuild_views(self, on_wait: Callable[[str], None] | None = None) -> int:
         """Re-create every view and recompute the per-trace summaries that an
@@ -108,11 +118,15 @@ class TraceDB:
     def remove(self, run: str, rank: int | None = None, phase: str | None = None,
                on_wait: Callable[[str], None] | None = None) -> int:
         """Take every trace of a run (or of one rank / phase of it) out of
-        the warehouse; returns how many traces went."""
+        the warehouse, and a whole run's tags; returns how many traces went."""
+        from . import tags
         from .remove import remove
 
         self.close()
-        return remove(self.warehouse, run, rank=rank, phase=phase, on_wait=on_wait)
+        removed = remove(self.warehouse, run, rank=rank, phase=phase, on_wait=on_wait)
+        if rank is None and phase is None:
+            tags.drop(self.catalog, run, on_wait)
+        return removed
 
     # -- reading ----------------------------------------------------------
 
@@ -134,7 +148,8 @@ class TraceDB:
             self._con = None
 
     def query(self, name: str, **params) -> duckdb.DuckDBPyRelation:
-        """Run a view of the library: ``query("hotspots", run="v2", limit=10)``."""
+        """Run a view of the library: ``query("hotspots", run="v2", limit=10)``;
+        ``tags={"dtype": "bf16"}`` keeps the runs that carry every one of them."""
         con = self.connect()
         sql, args = build(con, name, **params)
         return con.sql(sql, params=args) if args else con.sql(sql)
@@ -154,13 +169,20 @@ class TraceDB:
         return list_views(self.connect(), layer)
 
     def runs(self) -> duckdb.DuckDBPyRelation:
-        """What is in the warehouse: one row per run and phase."""
+        """What is in the warehouse: one row per run and phase, with the
+        run's tags (``key=value`` by key, space-separated)."""
+        tagged = self.sql(
+            "SELECT count(*) FROM duckdb_views() WHERE view_name = 'run_tags' AND NOT internal"
+        ).fetchall()[0][0]
+        tags = ("(SELECT string_agg(key || '=' || value, ' ' ORDER BY key) FROM run_tags t WHERE t.run = traces.run)"
+                if tagged else "NULL::VARCHAR")  # a catalog from before run_tags, until it is rebuilt
         return self.sql(
             "SELECT run, phase, count(DISTINCT rank) AS rank_count, list(DISTINCT rank ORDER BY rank) AS ranks,"
             " count(*) FILTER (status = 'ok') AS file_count,"
             " count(*) FILTER (status = 'failed') AS failed_count,"
             " sum(event_count) AS event_count,"
-            " round(sum(source_bytes) FILTER (status = 'ok') / 1e6, 1) AS source_mb"
+            " round(sum(source_bytes) FILTER (status = 'ok') / 1e6, 1) AS source_mb,"
+            f" {tags} AS tags"
             " FROM traces GROUP BY run, phase ORDER BY run, phase"
         )
 

@@ -4,7 +4,11 @@
 backend, one process per rank, and writes one Chrome-trace JSON per rank,
 the way PyTorch users capture them. ``python -m tracedb.capture OUT`` makes a
 demo folder of runs: ``v1`` and ``v2`` (v2 has a slower ``attn`` region and
-one extra op) with 2 ranks each, and ``infer/prefill`` / ``infer/decode``.
+one extra op) with 2 ranks each, and ``infer/prefill`` / ``infer/decode``;
+then ``inference_sweep`` times the forward passes of a small model at batch
+sizes 1, 8 and 32 with ``tracedb.torch.ForwardTimer(clock="wall")`` (runs
+``bs1``, ``bs8``, ``bs32``, tagged with their configuration), so that
+``tracedb query latency --span forward --base bs1`` compares them.
 """
 
 from __future__ import annotations
@@ -102,6 +106,46 @@ def make_demo(out: str | Path, world_size: int = 2, steps: int = 3) -> Path:
     return out
 
 
+SWEEP_BATCH_SIZES = (1, 8, 32)
+
+
+def inference_sweep(out: str | Path, batch_sizes: tuple[int, ...] = SWEEP_BATCH_SIZES,
+                    passes: int = 50, warmup: int = 5) -> list[str]:
+    """One run per batch size, ``bs<N>/inference/``: a Kineto trace of a few
+    profiled passes (``trace_handler``) and the wall-clock latency of
+    ``passes`` unprofiled ones (``ForwardTimer``), with the configuration in
+    ``bs<N>/run.json``. Returns the run names."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from .torch import ForwardTimer, trace_handler
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).eval()
+    runs = []
+    for bs in batch_sizes:
+        run = f"bs{bs}"
+        config = {"batch_size": bs, "dtype": "float32", "device": "cpu", "threads": 1}
+        x = torch.randn(bs, 256)
+        timer = ForwardTimer(model, clock="wall")
+        with torch.no_grad():
+            for _ in range(warmup):
+                model(x)
+            with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+                         on_trace_ready=trace_handler(out, run, "inference", config=config)) as prof:
+                for _ in range(4):
+                    model(x)
+                    prof.step()
+            timer.times_ms()  # the warm-up and profiled passes: not the latency measured
+            for _ in range(passes):
+                model(x)
+        timer.write(out, run, "inference", config=config)
+        timer.remove()
+        runs.append(run)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tracedb.capture", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: capturing traces needs torch: pip install 'tracedb[torch]'", file=sys.stderr)
         return 1
     make_demo(args.out, args.ranks, args.steps)
+    inference_sweep(args.out)
     print(f"Wrote demo traces under {args.out}", file=sys.stderr)
     return 0
 

@@ -238,6 +238,7 @@ class Catalog:
                 raise
 
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        from . import tags
         from .schema import SCHEMAS
         from .views import (
             COMM_PATTERNS_CSV, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql,
@@ -255,6 +256,7 @@ class Catalog:
                 if table in files:
                     files[table].append(str(self.warehouse / rel))
         load_comm_patterns(con, self.warehouse / COMM_PATTERNS_CSV)
+        tags.bind(con, self.warehouse)
         common = {k: RAW_COLUMN_DOCS[k] for k in COMMON_COLUMNS}
         defs = load_view_files(resource_dir("queries"))
         # The library's views are SQL text bound at query time: re-applying

@@ -39,6 +39,17 @@ def _emit(rel: duckdb.DuckDBPyRelation, fmt: str, output: str | None) -> None:
         write(rel, fmt, sys.stdout, output)
 
 
+def _tags(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
+    """``--tag k=v`` options as a dict (the last of a key wins)."""
+    tags = {}
+    for text in values:
+        key, eq, value = text.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"{text!r}: expected KEY=VALUE", param=param)
+        tags[key.strip()] = value.strip()
+    return tags
+
+
 class _Errors(click.Group):
     """Turn the library's typed errors into one `Error: ...` line, exit 1."""
 
@@ -73,9 +84,11 @@ def main(ctx: click.Context, warehouse: str) -> None:
 @click.option("--phase", help="Phase for every file (default: a known word in the path, else the folder).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Files ingested at once (default: the number of cores).")
+@click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
+              help="Configuration tag for every run ingested (repeatable); adds to a run.json beside the traces.")
 @click.option("--dry-run", is_flag=True, help="Show the run/rank/phase mapping and stop.")
 @click.pass_context
-def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
+def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
     """Ingest trace files and folders (*.json, *.json.gz) into the warehouse.
 
     Content already ingested is skipped; a file that fails is named on stderr
@@ -85,6 +98,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
     Example:
       tracedb ingest runs/                  # runs/<run>/.../<trace>.json[.gz]
       tracedb ingest --run v3 rank0.json.gz
+      tracedb ingest runs/ --run v2 --tag tp=2 --tag dtype=bf16
     """
     db = _db(ctx)
     files = db.discover(list(paths), run=run, rank=rank, phase=phase)
@@ -125,7 +139,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
             bar.write(f"Warning: {r.path}: {w}", file=sys.stderr)
 
     try:
-        report = db.ingest(files=files, jobs=jobs, on_result=on_result,
+        report = db.ingest(files=files, jobs=jobs, tags=tags, on_result=on_result,
                            on_wait=lambda m: bar.write(m + " ...", file=sys.stderr))
     finally:
         bar.close()
@@ -141,16 +155,18 @@ def ingest(ctx, paths, run, rank, phase, jobs, dry_run):
 @main.command()
 @click.argument("name")
 @click.option("--run", help="Run to show (regressions: the target run).")
-@click.option("--base", help="Baseline run (regressions).")
+@click.option("--base", help="Baseline run (regressions; latency: compare every run to it).")
 @click.option("--rank", type=int, help="One rank (views with a per-rank variant use it).")
 @click.option("--phase", help="Phase to show.")
 @click.option("--kind", help="kernel, cpu_op or annotation (hotspots; default: kernels if any).")
 @click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%').")
+@click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
+              help="Only runs with this tag (repeatable: every one).")
 @click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
 @click.pass_context
-def query(ctx, name, run, base, rank, phase, kind, span, limit, fmt, output):
+def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, output):
     """Run a view of the library (see `tracedb views`).
 
     \b
@@ -159,9 +175,11 @@ def query(ctx, name, run, base, rank, phase, kind, span, limit, fmt, output):
       tracedb query hotspots --run v2 --format csv > hotspots.csv
       tracedb query regressions --base v1 --run v2
       tracedb query latency --run v2 --span 'forward%'
+      tracedb query latency --span forward --base bs1 --tag dtype=fp32
     """
     db = _db(ctx)
-    rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span)
+    rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span,
+                   tags=tags or None)
     _emit(rel, fmt, output)
 
 
@@ -227,7 +245,7 @@ def views(ctx, name, show_all):
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.pass_context
 def runs(ctx, fmt):
-    """What is in the warehouse: runs, phases, ranks, files, events.
+    """What is in the warehouse: runs, phases, ranks, files, events, tags.
 
     \b
     Example:

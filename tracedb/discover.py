@@ -70,8 +70,11 @@ class TraceFile:
             self.rank_source = "distributedInfo"
 
 
+RUN_CONFIG = "run.json"  # a run's configuration (tracedb.tags), not a trace
+
+
 def is_trace_name(name: str) -> bool:
-    return name.endswith(TRACE_SUFFIXES) and not name.startswith(".")
+    return name.endswith(TRACE_SUFFIXES) and not name.startswith(".") and name != RUN_CONFIG
 
 
 def safe_partition_value(value: str) -> str:

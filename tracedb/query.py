@@ -5,7 +5,9 @@ view on its run / rank / phase / kind columns; a table macro gets its
 parameters by name (``regressions(base := 'v1', target := 'v2')``, where
 ``run`` fills ``target``). With ``rank``, a view ``NAME_by_rank`` is used
 when the library has one (``hotspots`` sums over ranks,
-``hotspots_by_rank`` keeps them apart).
+``hotspots_by_rank`` keeps them apart); with ``base``, a view
+``NAME_compare`` (``latency --base bs1``: latency_compare). ``tags``
+keeps the rows of runs that carry every tag (the ``run_tags`` view).
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
 
 def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
           base: str | None = None, rank: int | None = None, phase: str | None = None,
-          kind: str | None = None, limit: int | None = None,
+          kind: str | None = None, limit: int | None = None, tags: dict[str, str] | None = None,
           **extra: object) -> tuple[str, list]:
     """The SQL and parameters that `query` runs."""
     views = {v.name: v for v in list_views(con)}
     if name not in views:
         raise UnknownView(name, sorted(v for v, info in views.items() if info.layer == "marts"))
+    if base is not None and f"{name}_compare" in views:
+        name = f"{name}_compare"
     if rank is not None and f"{name}_by_rank" in views:
         name = f"{name}_by_rank"
     info = views[name]
@@ -99,6 +103,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
             continue
         where.append(f'"{col}" = ?')
         params.append(value)
+    if tags and "run" not in columns:
+        raise QueryError(f"{name} has no run column, so --tag does not apply")
+    for key, value in sorted((tags or {}).items()):
+        where.append('"run" IN (SELECT run FROM run_tags WHERE key = ? AND value = ?)')
+        params += [key, value]
     sql = f"SELECT * FROM {source}"
     if where:
         sql += " WHERE " + " AND ".join(where)

@@ -1,17 +1,19 @@
 -- Latency of the spans matching a name or SQL LIKE pattern, over all ranks
 -- (by_rank false, rank NULL) and per rank (by_rank true): what latency and
 -- latency_by_rank show.
--- Grain: one row per run, phase, kind, and rank when by_rank.
+-- Grain: one row per run, phase, kind, clock, and rank when by_rank.
 -- param span: span name or SQL LIKE pattern (default 'ProfilerStep#%': the profiler steps)
--- requires: int_op_durations
+-- requires: int_latency_spans
 CREATE OR REPLACE MACRO int_latency(span := 'ProfilerStep#%') AS TABLE
 SELECT
     run,
     -- Rank (by_rank); NULL over all ranks.
     rank,
     phase,
-    -- annotation, cpu_op or kernel.
+    -- timer, annotation, cpu_op or kernel.
     kind,
+    -- trace, cuda_event or wall (int_latency_spans): never mixed in one row.
+    clock,
     -- The name or pattern asked for.
     span AS span_pattern,
     -- True: one rank; false: all ranks together.
@@ -34,6 +36,6 @@ SELECT
     min(dur_ns) / 1e3 AS min_us,
     -- Longest duration, microseconds.
     max(dur_ns) / 1e3 AS max_us
-FROM int_op_durations
+FROM int_latency_spans
 WHERE name LIKE span
-GROUP BY GROUPING SETS ((run, phase, kind), (run, rank, phase, kind));
+GROUP BY GROUPING SETS ((run, phase, kind, clock), (run, rank, phase, kind, clock));
