@@ -576,7 +576,7 @@ class Session:
         for row in result.rows:
             try:
                 message = wire.data_row([None if v is None else enc(v) for enc, v in zip(encoders, row)])
-            except (ValueError, OverflowError, TypeError, struct.error, ArithmeticError) as e:
+            except (ValueError, OverflowError, TypeError, AttributeError, struct.error, ArithmeticError) as e:
                 raise StatementError("22P03", f"a value cannot be encoded: {e}") from e
             result.bytes_sent += len(message)
             if result.bytes_sent > max_bytes:

@@ -641,6 +641,9 @@ def encode_binary(value: Any, pg_type: PgType) -> bytes:
     if oid == TIMESTAMPTZ.oid:
         return struct.pack("!q", (value - PG_EPOCH_TZ) // dt.timedelta(microseconds=1))
     if oid == TIME.oid:
+        if isinstance(value, str):  # 24:00:00, which Python's time cannot hold, comes as text
+            hours, minutes, seconds = value.split(":")
+            return struct.pack("!q", round(((int(hours) * 60 + int(minutes)) * 60 + float(seconds)) * 1_000_000))
         return struct.pack("!q", ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond)
     if oid == INTERVAL.oid:
         return struct.pack("!qii", value.seconds * 1_000_000 + value.microseconds, value.days, 0)
