@@ -331,7 +331,8 @@ def migrate(ctx):
               help="Seconds a client has for start-up and authentication.")
 @click.option("--idle-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds of silence after which a session is closed (0: never).")
-@click.option("--memory-limit", default="2GB", show_default=True, help="DuckDB's memory limit for the server.")
+@click.option("--memory-limit", default="1GB", show_default=True,
+              help="DuckDB's memory limit; the process may use 512 MiB more, then statements fail.")
 @click.option("--threads", default=2, show_default=True, type=click.IntRange(min=1),
               help="DuckDB threads for the server.")
 @click.pass_context
@@ -356,7 +357,7 @@ def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_state
         host=host, port=port, password=password, statement_timeout_s=statement_timeout, max_rows=max_rows,
         max_result_bytes=max_result_mb * 1024 * 1024, max_statement_bytes=max_statement_kb * 1024,
         max_connections=max_connections, auth_timeout_s=auth_timeout, idle_timeout_s=idle_timeout,
-        memory_limit=memory_limit, threads=threads)
+        memory_limit=memory_limit, threads=threads, limit_process_memory=True)
     db = _db(ctx)
 
     def ready(server) -> None:

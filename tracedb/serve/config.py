@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tracedb.errors import TracedbError
@@ -14,6 +15,10 @@ AUTH_METHODS = ("scram-sha-256", "md5", "password")
 
 #: PostgreSQL's own limit on a start-up packet; also the limit on every message before authentication.
 STARTUP_MESSAGE_BYTES = 10_000
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*", re.IGNORECASE)
+_UNITS = {"B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 class ServeError(TracedbError):
@@ -46,6 +51,13 @@ class ServeConfig:
       encoded bytes fails (54000) after what was sent; nothing is truncated.
     - ``max_statement_bytes``: longer statement text is refused (54000).
     - ``memory_limit`` and ``threads``: DuckDB's, for the whole server.
+      DuckDB does not count every allocation against its limit (a 300 MB
+      ``repeat()`` or a ``list()`` of 1e8 numbers goes past it), so
+    - ``limit_process_memory`` also caps the process's data segment
+      (``RLIMIT_DATA``) at what it uses when the server starts plus
+      ``memory_limit`` plus 512 MiB: an allocation past it fails the
+      statement (53200) instead of the machine. It is process-wide and
+      irreversible, for a process that only serves (``tracedb serve`` sets it).
     - ``confine``: also forbid the server's threads (and DuckDB's, which they
       start), through Linux Landlock, to write, create or delete any file but
       in the server's private folder. Other threads of the process keep their
@@ -64,9 +76,17 @@ class ServeConfig:
     max_startup_connections: int = 512
     auth_timeout_s: float = 60.0
     idle_timeout_s: float = 3600.0
-    memory_limit: str = "2GB"
+    memory_limit: str = "1GB"
     threads: int = 2
     confine: bool = True
+    limit_process_memory: bool = False
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        m = _SIZE.fullmatch(self.memory_limit)
+        if m is None:
+            raise ServeError(f"memory_limit {self.memory_limit!r} is not a size such as 512MB or 2GB")
+        return int(float(m.group(1)) * _UNITS[(m.group(2) or "B").upper().replace("IB", "B").rstrip("B") or "B"])
 
     def check(self) -> None:
         """Raise :class:`ServeError` for a value out of range."""
@@ -83,5 +103,7 @@ class ServeConfig:
                 raise ServeError(f"{name} must be positive, not {value}")
         if self.auth_timeout_s > 60:
             raise ServeError(f"auth_timeout_s must be at most 60 s, not {self.auth_timeout_s}")
+        if self.memory_limit_bytes < 64 * 1024 * 1024:
+            raise ServeError(f"memory_limit must be at least 64MB, not {self.memory_limit}")
         if self.idle_timeout_s < 0:
             raise ServeError(f"idle_timeout_s must not be negative, not {self.idle_timeout_s}")

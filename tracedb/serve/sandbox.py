@@ -21,7 +21,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import resource
 import shutil
+import threading
 from pathlib import Path
 
 import duckdb
@@ -86,6 +88,29 @@ def open_catalog(catalog_path: Path, readable: list[str], *, temp_dir: Path | No
         db.close()
         raise ServeError(f"cannot sandbox catalog {catalog_path}: {e}") from e
     return db
+
+
+#: Stack of each server thread when the process memory is limited (thread stacks count as data).
+THREAD_STACK_BYTES = 1024 * 1024
+
+
+def limit_process_memory(extra_bytes: int) -> int:
+    """Cap the process's data segment (``RLIMIT_DATA``) at its present size plus
+    ``extra_bytes``, and make later threads' stacks small; returns the cap.
+
+    Linux counts every private writable mapping, so the cap holds whatever
+    allocates: DuckDB, Python or a thread's stack. An allocation past it fails
+    (DuckDB raises its out-of-memory error; the statement fails, the server goes on).
+    """
+    data_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                   if line.startswith("VmData:"))
+    cap = data_kb * 1024 + extra_bytes
+    _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    threading.stack_size(THREAD_STACK_BYTES)
+    return cap
 
 
 # ---------------------------------------------------------------------------

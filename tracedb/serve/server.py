@@ -27,7 +27,8 @@ import duckdb
 from tracedb.serve import wire
 from tracedb.serve.config import ServeConfig, ServeError
 from tracedb.serve.pgcompat import COMPAT_MACROS
-from tracedb.serve.sandbox import Landlock, Redactor, data_directories, open_catalog, private_copy
+from tracedb.serve.sandbox import (
+    Landlock, Redactor, data_directories, limit_process_memory, open_catalog, private_copy)
 from tracedb.serve.session import Session
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,9 @@ class Server:
                 self.landlock = Landlock(self.private_dir)
             self._db = self._confined(self._open_generation)
             self._confined(lambda: self.new_cursor().close())  # the compat macros must be valid in this DuckDB
+            if self.config.limit_process_memory:
+                cap = limit_process_memory(self.config.memory_limit_bytes + 512 * 1024 * 1024)
+                log.info("process data segment capped at %d MiB", cap // 2**20)
         except duckdb.Error as e:
             self._close_private()
             raise ServeError(f"cannot prepare PostgreSQL compatibility macros: {e}") from e

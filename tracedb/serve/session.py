@@ -362,6 +362,11 @@ class Session:
                     handler(body)
                 finally:
                     self._deadline = 0.0
+            except MemoryError:
+                self.out.clear()
+                e = StatementError("53200", "out of memory: the statement needs more than tracedb serve allows")
+                self.send_error(e)
+                self._after_error(tag)
             except (StatementError, ProtocolError, ValueError, ArithmeticError, struct.error) as e:
                 if not isinstance(e, StatementError):
                     # A message that does not parse (a field past its end, a bad number):
@@ -370,11 +375,15 @@ class Session:
                     e = StatementError(sqlstate, f"invalid message: {e}")
                 log.debug("statement failed (%s): %s", e.sqlstate, e.message)
                 self.send_error(e)
-                if tag == b"Q":
-                    self.send(wire.ready_for_query(self.tx_status))
-                    self.flush()
-                else:
-                    self._skip_until_sync = True
+                self._after_error(tag)
+
+    def _after_error(self, tag: bytes) -> None:
+        """A simple query is over; an extended one skips to the next Sync."""
+        if tag == b"Q":
+            self.send(wire.ready_for_query(self.tx_status))
+            self.flush()
+        else:
+            self._skip_until_sync = True
 
     # -- planning and running ----------------------------------------------
 
@@ -478,6 +487,8 @@ class Session:
             raise StatementError(sqlstate_for(e), str(e)) from e
         except (ValueError, OverflowError, TypeError) as e:  # a value Python cannot hold (TIME '24:00')
             raise StatementError("22008", f"a value cannot be converted: {e}") from e
+        except MemoryError as e:
+            raise StatementError("53200", "out of memory: the result is too large for tracedb serve") from e
         finally:
             timer.cancel()
             with self._call_lock:
