@@ -118,8 +118,9 @@ def test_three_huge_results_leave_the_server_up_with_bounded_memory(served) -> N
         except psycopg.Error as e:
             outcomes.append(e.sqlstate or "closed")
 
-    threads = [threading.Thread(target=huge, args=(sql,)) for sql in
-               ("SELECT repeat('x', 3e8::BIGINT)", "SELECT list(range(1e8::BIGINT))", "SELECT repeat('x', 3e8::BIGINT)")]
+    statements = ("SELECT repeat('x', 3e8::BIGINT)", "SELECT list(range(1e8::BIGINT))",
+                  "SELECT repeat('x', 3e8::BIGINT)")
+    threads = [threading.Thread(target=huge, args=(sql,)) for sql in statements]
     for t in threads:
         t.start()
     for t in threads:

@@ -67,9 +67,14 @@ class AuthThrottle:
     def delay_s(failures: int) -> float:
         return min(0.1 + 0.01 * failures, 2.0)
 
-    def wait_turn(self, address: str) -> None:
+    def wait_turn(self, address: str, deadline: float) -> None:
+        """Sleep until ``address`` may try a password; ConnectionAbortedError if
+        that is past ``deadline`` (the connection's authentication timeout)."""
         with self._lock:
-            failures, slot, last = self._state.get(address, (0, 0.0, 0.0))
+            _failures, slot, _last = self._state.get(address, (0, 0.0, 0.0))
+        if slot > deadline:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            raise ConnectionAbortedError("authentication timeout while waiting for a turn")
         wait = slot - time.monotonic()
         if wait > 0:
             time.sleep(wait)

@@ -156,6 +156,8 @@ class Session:
             self.sock.settimeout(max(remaining, 0.001) if remaining > 0 else self.server.config.statement_timeout_s)
             try:
                 self.sock.sendall(self.out)
+            except TimeoutError as e:
+                raise ConnectionAbortedError("the client did not read the answer before the statement deadline") from e
             finally:
                 self.sock.settimeout(None)
             self.out.clear()
@@ -290,13 +292,13 @@ class Session:
         if config.auth_method == "password":
             self.send(wire.authentication_cleartext())
             given = wire.Reader(self._read_password_message()).cstr()
-            self.server.throttle.wait_turn(self.address)
+            self.server.throttle.wait_turn(self.address, self.started + self.server.config.auth_timeout_s)
             ok = secrets.compare_digest(given.encode("utf-8"), config.password.encode("utf-8"))
         elif config.auth_method == "md5":
             salt = secrets.token_bytes(4)
             self.send(wire.authentication_md5(salt))
             given = wire.Reader(self._read_password_message()).cstr()
-            self.server.throttle.wait_turn(self.address)
+            self.server.throttle.wait_turn(self.address, self.started + self.server.config.auth_timeout_s)
             expected = wire.md5_password_hash(self.user, config.password, salt)
             ok = secrets.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
         else:
@@ -313,7 +315,7 @@ class Session:
             def continue_(server_first: bytes) -> bytes:
                 self.send(wire.authentication_sasl_continue(server_first))
                 response = self._read_password_message()
-                self.server.throttle.wait_turn(self.address)
+                self.server.throttle.wait_turn(self.address, self.started + self.server.config.auth_timeout_s)
                 return response
 
             server_final = verifier.exchange(client_first, continue_)
