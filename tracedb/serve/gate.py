@@ -20,6 +20,7 @@ Everything else is refused: writes with SQLSTATE 25006, the rest 42501.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Iterator
@@ -145,7 +146,10 @@ def _check_select(cursor: duckdb.DuckDBPyConnection, sql: str) -> None:
         raw = cursor.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
     except duckdb.Error as e:
         raise StatementError(sqlstate_for(e), str(e)) from e
-    tree = json.loads(raw)
+    try:
+        tree = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise StatementError("54001", "statement too complex for tracedb serve to check") from e
     if tree.get("error") or len(tree.get("statements", ())) != 1:
         raise StatementError("42501", "tracedb serve cannot check this statement: "
                              + str(tree.get("error_message", "not one SELECT")))
@@ -154,8 +158,16 @@ def _check_select(cursor: duckdb.DuckDBPyConnection, sql: str) -> None:
             raise StatementError("42501", f"{name} is not allowed by tracedb serve")
 
 
+@functools.cache
+def _duckdb_settings() -> frozenset[str]:
+    """Names of DuckDB's settings: ``SHOW <name>`` would print their values."""
+    with duckdb.connect() as con:
+        return frozenset(name.lower() for (name,) in con.execute("SELECT name FROM duckdb_settings()").fetchall())
+
+
 def _names(node: Any) -> Iterator[tuple[str, bool]]:
-    """Every function and relation a serialized parse tree names: (name, qualified?)."""
+    """Every function and relation a serialized parse tree names: (name, qualified?).
+    ``SHOW <setting>`` counts as naming ``duckdb_settings``."""
     stack = [node]
     while stack:
         item = stack.pop()
@@ -165,6 +177,8 @@ def _names(node: Any) -> Iterator[tuple[str, bool]]:
             if item.get("type") == "BASE_TABLE":
                 yield (str(item.get("table_name", "")).lower(),
                        bool(item.get("schema_name") or item.get("catalog_name")))
+            if item.get("type") == "SHOW_REF" and str(item.get("table_name", "")).lower() in _duckdb_settings():
+                yield "duckdb_settings", True
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
