@@ -337,6 +337,9 @@ def md5_password_hash(user: str, password: str, salt: bytes) -> str:
 class ScramVerifier:
     """Server side of SCRAM-SHA-256 (RFC 5802/7677) without channel binding.
 
+    Not on ``scramp``: its server refuses the empty user name (``n=,``) that
+    libpq and every PostgreSQL client send in the client-first message.
+
     One verifier holds the salted password (derived once, 4096 iterations);
     :meth:`exchange` runs one authentication.
     """
