@@ -31,6 +31,7 @@ import pytest
 import sqlalchemy as sa
 
 from tracedb.serve import Server, ServeConfig, ServeError, open_catalog
+from tracedb.serve.sandbox import data_directories
 
 # (file_id, ts_ns, dur_ns, ph, cat, name)
 ROWS = [
@@ -506,9 +507,9 @@ def test_attacks_are_refused_and_the_session_goes_on(server: Server, tiny_wh: tu
 
 
 def test_duckdb_itself_is_sandboxed(tiny_wh: tuple[Path, Path]) -> None:
-    """Layer 1 alone, without the statement policy: DuckDB refuses files outside the warehouse."""
+    """DuckDB's sandbox alone, without the gate: it refuses files outside the data folders."""
     catalog, wh = tiny_wh
-    db = open_catalog(catalog, wh)
+    db = open_catalog(catalog, data_directories(wh))
     try:
         cursor = db.cursor()
         assert cursor.execute("SELECT count(*) FROM events").fetchone() == (len(ROWS),)
@@ -516,6 +517,7 @@ def test_duckdb_itself_is_sandboxed(tiny_wh: tuple[Path, Path]) -> None:
             cursor.execute("SELECT * FROM read_text('/etc/passwd')")
         with pytest.raises(duckdb.PermissionException):
             cursor.execute(f"SELECT * FROM read_parquet('{wh}/../../etc/passwd')")
+        assert data_directories(wh) == [f"{wh}/events/"]  # not the warehouse's root
         with pytest.raises(duckdb.Error):
             cursor.execute("SET enable_external_access = true")
         with pytest.raises(duckdb.Error):

@@ -27,6 +27,7 @@ from .query import ViewInfo, build, list_views
 if TYPE_CHECKING:
     from .check import CheckReport
     from .ingest import FileResult, IngestReport
+    from .serve import ServeConfig, Server
 
 DEFAULT_WAREHOUSE = "tracedb"
 
@@ -185,6 +186,21 @@ class TraceDB:
             f" {tags} AS tags"
             " FROM traces GROUP BY run, phase ORDER BY run, phase"
         )
+
+    def serve(self, config: "ServeConfig | None" = None,
+              on_ready: "Callable[[Server], None] | None" = None) -> None:
+        """Serve the warehouse read-only over the PostgreSQL wire protocol until
+        interrupted (KeyboardInterrupt propagates; the server is stopped first).
+        ``on_ready(server)`` is called once the port listens (``server.port``)."""
+        from .serve import ServeConfig, Server
+
+        self.connect()  # a clear error when there is no warehouse; re-points a moved one
+        self.close()
+        server = Server(self.catalog.path, self.warehouse, config or ServeConfig())
+        server.start()
+        if on_ready is not None:
+            on_ready(server)
+        server.serve_forever()
 
     def __enter__(self) -> "TraceDB":
         return self

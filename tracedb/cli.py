@@ -318,11 +318,26 @@ def migrate(ctx):
               help="Address to listen on; a non-loopback one needs TRACEDB_SERVE_PASSWORD.")
 @click.option("--port", default=5433, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--statement-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.001),
-              help="Seconds a statement may run.")
+              help="Seconds a statement, and the sending of its rows, may take.")
 @click.option("--max-rows", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="Rows a statement may return.")
+@click.option("--max-result-mb", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Megabytes a statement may return.")
+@click.option("--max-statement-kb", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Kilobytes of statement text.")
+@click.option("--max-connections", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Authenticated sessions at once; more are refused (SQLSTATE 53300).")
+@click.option("--auth-timeout", default=60.0, show_default=True, type=click.FloatRange(0.001, 60),
+              help="Seconds a client has for start-up and authentication.")
+@click.option("--idle-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds of silence after which a session is closed (0: never).")
+@click.option("--memory-limit", default="1GB", show_default=True,
+              help="DuckDB's memory limit; the process may use 512 MiB more, then statements fail.")
+@click.option("--threads", default=2, show_default=True, type=click.IntRange(min=1),
+              help="DuckDB threads for the server.")
 @click.pass_context
-def serve(ctx, host, port, statement_timeout, max_rows):
+def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_statement_kb, max_connections,
+          auth_timeout, idle_timeout, memory_limit, threads):
     """Serve the warehouse read-only over the PostgreSQL wire protocol, for
     BI tools (Superset, Grafana, Metabase, DBeaver) and psql / psycopg.
 
@@ -335,20 +350,22 @@ def serve(ctx, host, port, statement_timeout, max_rows):
       tracedb -w wh serve --port 5433
       psql "host=127.0.0.1 port=5433 dbname=tracedb user=tracedb" -c "SELECT * FROM hotspots LIMIT 5"
     """
-    from .serve import ServeConfig, Server
+    from .serve import ServeConfig
 
-    db = _db(ctx)
-    db.connect()  # a clear error when there is no warehouse; re-points a moved one
-    db.close()
     password = os.environ.get("TRACEDB_SERVE_PASSWORD") or None
-    server = Server(db.catalog.path, db.warehouse, ServeConfig(
-        host=host, port=port, password=password, statement_timeout_s=statement_timeout,
-        max_rows=max_rows))
-    server.start()
-    _err(f"Serving {db.warehouse} on {host}:{server.port} (read-only"
-         f"{', password required' if password else ''}); Ctrl-C stops.")
+    config = ServeConfig(
+        host=host, port=port, password=password, statement_timeout_s=statement_timeout, max_rows=max_rows,
+        max_result_bytes=max_result_mb * 1024 * 1024, max_statement_bytes=max_statement_kb * 1024,
+        max_connections=max_connections, auth_timeout_s=auth_timeout, idle_timeout_s=idle_timeout,
+        memory_limit=memory_limit, threads=threads, limit_process_memory=True)
+    db = _db(ctx)
+
+    def ready(server) -> None:
+        _err(f"Serving {db.warehouse} on {host}:{server.port} (read-only"
+             f"{', password required' if password else ''}); Ctrl-C stops.")
+
     try:
-        server.serve_forever()
+        db.serve(config, on_ready=ready)
     except KeyboardInterrupt:
         _err("Stopped.")
 

@@ -2,7 +2,7 @@
 
 This module is only the codec: it turns bytes on a socket into frontend
 messages and Python values into backend messages. It knows nothing of DuckDB
-or of the catalog; :mod:`tracedb.serve` drives the conversation.
+or of the catalog; :mod:`tracedb.serve.session` drives the conversation.
 
 Reference: https://www.postgresql.org/docs/current/protocol-message-formats.html
 
@@ -40,17 +40,19 @@ SSL_REQUEST_CODE = 80877103
 GSSENC_REQUEST_CODE = 80877104
 CANCEL_REQUEST_CODE = 80877102
 
-#: Largest frontend message accepted, in bytes; a larger one ends the session.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
 
 class ProtocolError(Exception):
     """A client sent bytes that are not a valid protocol v3 message.
 
-    Internal to the server: the session that meets it sends a FATAL
-    ErrorResponse (SQLSTATE 08P01) where it still can and closes the
-    connection. It never reaches callers of :class:`tracedb.serve.Server`.
+    Internal to the server: a message that cannot be framed ends the session
+    with a FATAL ErrorResponse (``sqlstate``, 08P01 unless said otherwise);
+    a framed message whose fields do not parse fails alone. It never reaches
+    callers of :class:`tracedb.serve.Server`.
     """
+
+    def __init__(self, message: str, sqlstate: str = "08P01") -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 # ---------------------------------------------------------------------------
@@ -163,8 +165,11 @@ def read_startup(stream: BinaryIO) -> StartupMessage | SSLRequest | GSSENCReques
     return StartupMessage(params)
 
 
-def read_message(stream: BinaryIO) -> tuple[bytes, bytes] | None:
-    """Read one tagged frontend message as ``(tag, body)``; None at end of stream."""
+def read_message(stream: BinaryIO, max_bytes: int) -> tuple[bytes, bytes] | None:
+    """Read one tagged frontend message as ``(tag, body)``; None at end of stream.
+
+    A message longer than ``max_bytes`` is refused before its body is read.
+    """
     tag = _read_exact(stream, 1)
     if tag is None:
         return None
@@ -172,8 +177,10 @@ def read_message(stream: BinaryIO) -> tuple[bytes, bytes] | None:
     if head is None:
         raise ProtocolError("connection closed after a message tag")
     (length,) = struct.unpack("!i", head)
-    if length < 4 or length > MAX_MESSAGE_BYTES:
+    if length < 4:
         raise ProtocolError(f"invalid message length {length}")
+    if length > max_bytes:
+        raise ProtocolError(f"message of {length} bytes is longer than the limit of {max_bytes}", "54000")
     body = _read_exact(stream, length - 4) if length > 4 else b""
     if body is None:
         raise ProtocolError("connection closed in the middle of a message")
@@ -329,6 +336,9 @@ def md5_password_hash(user: str, password: str, salt: bytes) -> str:
 
 class ScramVerifier:
     """Server side of SCRAM-SHA-256 (RFC 5802/7677) without channel binding.
+
+    Not on ``scramp``: its server refuses the empty user name (``n=,``) that
+    libpq and every PostgreSQL client send in the client-first message.
 
     One verifier holds the salted password (derived once, 4096 iterations);
     :meth:`exchange` runs one authentication.
@@ -634,6 +644,9 @@ def encode_binary(value: Any, pg_type: PgType) -> bytes:
     if oid == TIMESTAMPTZ.oid:
         return struct.pack("!q", (value - PG_EPOCH_TZ) // dt.timedelta(microseconds=1))
     if oid == TIME.oid:
+        if isinstance(value, str):  # 24:00:00, which Python's time cannot hold, comes as text
+            hours, minutes, seconds = value.split(":")
+            return struct.pack("!q", round(((int(hours) * 60 + int(minutes)) * 60 + float(seconds)) * 1_000_000))
         return struct.pack("!q", ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond)
     if oid == INTERVAL.oid:
         return struct.pack("!qii", value.seconds * 1_000_000 + value.microseconds, value.days, 0)
@@ -660,8 +673,16 @@ def decode_parameter(data: bytes, type_oid: int, fmt: int) -> Any:
 
     Text-format parameters of unknown or textual type stay ``str`` so that
     DuckDB casts them like string literals (``calls >= '2'``); numbers,
-    booleans and bytea are converted by their declared type.
+    booleans and bytea are converted by their declared type. A value that
+    does not decode raises ValueError.
     """
+    try:
+        return _decode_parameter(data, type_oid, fmt)
+    except (struct.error, ArithmeticError, OverflowError, decimal.InvalidOperation) as e:
+        raise ValueError(str(e) or type(e).__name__) from e
+
+
+def _decode_parameter(data: bytes, type_oid: int, fmt: int) -> Any:
     if fmt == 0:
         text = data.decode("utf-8")
         if type_oid in _INT_OIDS:
@@ -708,6 +729,8 @@ def decode_parameter(data: bytes, type_oid: int, fmt: int) -> Any:
 
 def _decode_numeric_binary(data: bytes) -> decimal.Decimal:
     ndigits, weight, sign, dscale = struct.unpack("!hhHh", data[:8])
+    if ndigits < 0 or dscale < 0 or len(data) != 8 + 2 * ndigits:
+        raise ValueError(f"invalid binary numeric (ndigits {ndigits}, dscale {dscale}, {len(data)} bytes)")
     if sign == 0xC000:
         return decimal.Decimal("NaN")
     if sign in (0xD000, 0xF000):
