@@ -123,6 +123,22 @@ PG_USER = (
     " NULL::VARCHAR AS useconfig"
 )
 
+#: ``pg_catalog.pg_matviews``: tracedb has no materialized views (Metabase unions it with pg_views).
+PG_MATVIEWS = ("SELECT NULL::VARCHAR AS schemaname, NULL::VARCHAR AS matviewname, NULL::VARCHAR AS matviewowner,"
+               " NULL::VARCHAR AS tablespace, false AS hasindexes, true AS ispopulated, NULL::VARCHAR AS definition"
+               " WHERE false")
+
+#: ``pg_catalog.pg_stat_user_tables``: one row a table, ``n_live_tup`` being DuckDB's estimate of
+#: its rows (Metabase's and DBeaver's row count estimate); no scans are counted.
+PG_STAT_USER_TABLES = (
+    "SELECT table_oid AS relid, schema_name AS schemaname, table_name AS relname, 0::BIGINT AS seq_scan,"
+    " 0::BIGINT AS seq_tup_read, 0::BIGINT AS idx_scan, 0::BIGINT AS idx_tup_fetch, 0::BIGINT AS n_tup_ins,"
+    " 0::BIGINT AS n_tup_upd, 0::BIGINT AS n_tup_del, 0::BIGINT AS n_tup_hot_upd,"
+    " estimated_size::BIGINT AS n_live_tup, 0::BIGINT AS n_dead_tup, NULL::TIMESTAMPTZ AS last_vacuum,"
+    " NULL::TIMESTAMPTZ AS last_autovacuum, NULL::TIMESTAMPTZ AS last_analyze,"
+    " NULL::TIMESTAMPTZ AS last_autoanalyze FROM duckdb_tables() WHERE NOT internal"
+)
+
 #: Planner limits clients read from ``pg_settings`` (PostgreSQL 15's compiled-in values).
 LIMITS = {"max_index_keys": "32", "max_function_args": "100", "block_size": "8192"}
 

@@ -167,6 +167,15 @@ COMPAT_MACROS: dict[str, str] = {
     " WHEN regexp_matches(duckdb_type_, '^(STRUCT|MAP|UNION)') THEN 'text' ELSE CASE duckdb_type_ "
     + " ".join(f"WHEN '{duck}' THEN '{pg}'" for duck, pg in _DATA_TYPE_NAMES.items())
     + " ELSE lower(duckdb_type_) END END",
+    # The one role reads every relation and column and may use every schema, nothing else.
+    "has_table_privilege": "(table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select'),"
+    " (user_, table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select')",
+    "has_any_column_privilege": "(table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select'),"
+    " (user_, table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select')",
+    "has_column_privilege": "(table_, column_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select'),"
+    " (user_, table_, column_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select')",
+    "has_schema_privilege": "(schema_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*usage'),"
+    " (user_, schema_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*usage')",
     "regproc_name": "(name_) AS string_split(name_, '.')[-1]",
     "_pg_expandarray": "(array_) AS unnest(list_transform(range(1, len(array_) + 1),"
     " lambda i_: {'x': array_[i_], 'n': i_}))",
@@ -199,6 +208,8 @@ COMPAT_RELATIONS: dict[str, str] = {
     "pg_catalog.pg_namespace": pgcatalog.PG_NAMESPACE,
     "pg_catalog.pg_roles": pgcatalog.PG_ROLES,
     "pg_catalog.pg_user": pgcatalog.PG_USER,
+    "pg_catalog.pg_matviews": pgcatalog.PG_MATVIEWS,
+    "pg_catalog.pg_stat_user_tables": pgcatalog.PG_STAT_USER_TABLES,
     "pg_catalog.pg_settings": pgcatalog.pg_settings({s.name: s.default for s in SETTINGS.values()}),
     "information_schema.columns": "SELECT * REPLACE (pg_data_type(data_type) AS data_type)"
     " FROM information_schema.columns",
@@ -338,14 +349,19 @@ def _compat_cte_name(qualified: str) -> str:
 
 
 _COMPAT_CTES = {_compat_cte_name(q): sql for q, sql in COMPAT_RELATIONS.items()}
+def _name_pattern(name: str) -> str:
+    return rf"(?:{name}|\"{name}\")"  # as written bare or double-quoted (Metabase quotes every name)
+
+
 _COMPAT_RELATION_REF = re.compile(
-    r"\b(?:"
+    r"(?<![\w.\"])(?:"
     + "|".join(
-        rf"(?:pg_catalog\s*\.\s*)?{q.partition('.')[2]}" if q.startswith("pg_catalog.")
-        else rf"{q.partition('.')[0]}\s*\.\s*{q.partition('.')[2]}"
+        rf"(?:{_name_pattern('pg_catalog')}\s*\.\s*)?{_name_pattern(q.partition('.')[2])}"
+        if q.startswith("pg_catalog.")
+        else rf"{_name_pattern(q.partition('.')[0])}\s*\.\s*{_name_pattern(q.partition('.')[2])}"
         for q in sorted(COMPAT_RELATIONS)
     )
-    + r")\b(?!\s*\()",
+    + r")(?![\w\"])(?!\s*\()",
     re.IGNORECASE,
 )
 _SELECT_START = re.compile(r"^\s*(?:SELECT|WITH|FROM)\b", re.IGNORECASE)
@@ -358,7 +374,7 @@ def add_compat_relations(sql: str) -> str:
 
     def unqualify(code: str) -> str:
         def one(m: re.Match[str]) -> str:
-            text = re.sub(r"\s+", "", m.group(0)).lower()
+            text = re.sub(r"[\s\"]+", "", m.group(0)).lower()
             name = _compat_cte_name(text if "." in text else "pg_catalog." + text)
             if name not in used:
                 used.append(name)
