@@ -288,3 +288,31 @@ def test_odbc_catalog_calls_and_a_parameterised_query(odbc, catalog: dict) -> No
     comment = cur.execute("SELECT obj_description(c.oid, 'pg_class') FROM pg_catalog.pg_class c "
                           "WHERE c.relname = ?", "hotspots").fetchone()[0]
     assert comment == catalog["hotspots"]["comment"]
+
+
+def test_catalog_queries_of_metabase_and_dbeaver_browsing(served: int, catalog: dict) -> None:
+    """What Metabase's sync and DBeaver's navigator read beyond DatabaseMetaData: quoted catalog
+    names, privileges, row estimates, inheritance and materialized views (none)."""
+    import psycopg
+
+    with psycopg.connect(f"host=127.0.0.1 port={served} dbname=tracedb user=tracedb password={PASSWORD}") as con:
+        rows = con.execute(
+            'SELECT "c"."relname", "d"."description", "stat"."n_live_tup",'
+            " has_table_privilege(current_user, 'main.' || c.relname, 'SELECT'),"
+            " has_table_privilege(current_user, 'main.' || c.relname, 'DELETE'),"
+            " has_any_column_privilege('main.' || c.relname, 'update'),"
+            " has_schema_privilege(current_user, n.nspname, 'USAGE'),"
+            " (SELECT count(*) FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid)"
+            ' FROM "pg_catalog"."pg_class" AS "c" JOIN "pg_catalog"."pg_namespace" AS "n" ON c.relnamespace = n.oid'
+            ' LEFT JOIN "pg_catalog"."pg_description" AS "d" ON c.oid = d.objoid AND d.objsubid = 0'
+            " AND d.classoid = 'pg_class'::regclass"
+            ' LEFT JOIN "pg_stat_user_tables" AS "stat" ON n.nspname = stat.schemaname AND c.relname = stat.relname'
+            " WHERE c.relname IN ('hotspots', 'traces') ORDER BY 1").fetchall()
+        # 4 traces: v1's decode, prefill and train, v2's train; a view has no estimate
+        assert rows == [("hotspots", catalog["hotspots"]["comment"], None, True, False, False, True, 0),
+                        ("traces", catalog["traces"]["comment"], 4, True, False, False, True, 0)]
+        assert con.execute("SELECT count(*) FROM pg_catalog.pg_matviews").fetchone() == (0,)
+        assert con.execute("SELECT setting FROM pg_catalog.pg_settings WHERE name = 'max_index_keys'").fetchall() == [
+            ("32",)]
+        assert con.execute("SELECT rolname FROM pg_catalog.pg_roles r JOIN pg_catalog.pg_class c"
+                           " ON c.relowner = r.oid WHERE c.relname = 'hotspots'").fetchall() == [("tracedb",)]

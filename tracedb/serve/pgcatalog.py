@@ -139,6 +139,10 @@ PG_STAT_USER_TABLES = (
     " NULL::TIMESTAMPTZ AS last_autoanalyze FROM duckdb_tables() WHERE NOT internal"
 )
 
+#: ``pg_catalog.pg_inherits``: no table inherits another (DBeaver reads it with every table).
+PG_INHERITS = ("SELECT NULL::BIGINT AS inhrelid, NULL::BIGINT AS inhparent, NULL::INTEGER AS inhseqno,"
+               " false AS inhdetachpending WHERE false")
+
 #: Planner limits clients read from ``pg_settings`` (PostgreSQL 15's compiled-in values).
 LIMITS = {"max_index_keys": "32", "max_function_args": "100", "block_size": "8192"}
 

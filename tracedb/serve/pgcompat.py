@@ -209,6 +209,7 @@ COMPAT_RELATIONS: dict[str, str] = {
     "pg_catalog.pg_roles": pgcatalog.PG_ROLES,
     "pg_catalog.pg_user": pgcatalog.PG_USER,
     "pg_catalog.pg_matviews": pgcatalog.PG_MATVIEWS,
+    "pg_catalog.pg_inherits": pgcatalog.PG_INHERITS,
     "pg_catalog.pg_stat_user_tables": pgcatalog.PG_STAT_USER_TABLES,
     "pg_catalog.pg_settings": pgcatalog.pg_settings({s.name: s.default for s in SETTINGS.values()}),
     "information_schema.columns": "SELECT * REPLACE (pg_data_type(data_type) AS data_type)"
