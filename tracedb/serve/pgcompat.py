@@ -17,7 +17,8 @@ by three documented tables, and nothing is ever created in the catalog:
   ``format_type``, ``obj_description``, ``quote_ident`` ...);
 - :data:`COMPAT_RELATIONS`: catalog relations with the columns PostgreSQL
   clients expect, added to a query as CTEs when it mentions them (again
-  before the gate).
+  before the gate); the PostgreSQL 15 rows JDBC and ODBC drivers look up
+  (types, roles, settings) are in :mod:`tracedb.serve.pgcatalog`.
 """
 
 from __future__ import annotations
@@ -349,10 +350,11 @@ def _compat_cte_name(qualified: str) -> str:
     return f"{name}_compat" if name in DENIED_NAMES else name
 
 
-_COMPAT_CTES = {_compat_cte_name(q): sql for q, sql in COMPAT_RELATIONS.items()}
 def _name_pattern(name: str) -> str:
     return rf"(?:{name}|\"{name}\")"  # as written bare or double-quoted (Metabase quotes every name)
 
+
+_COMPAT_CTES = {_compat_cte_name(q): sql for q, sql in COMPAT_RELATIONS.items()}
 
 _COMPAT_RELATION_REF = re.compile(
     r"(?<![\w.\"])(?:"
