@@ -17,7 +17,8 @@ by three documented tables, and nothing is ever created in the catalog:
   ``format_type``, ``obj_description``, ``quote_ident`` ...);
 - :data:`COMPAT_RELATIONS`: catalog relations with the columns PostgreSQL
   clients expect, added to a query as CTEs when it mentions them (again
-  before the gate).
+  before the gate); the PostgreSQL 15 rows JDBC and ODBC drivers look up
+  (types, roles, settings) are in :mod:`tracedb.serve.pgcatalog`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Callable
 
 import duckdb
 
-from tracedb.serve import lexer
+from tracedb.serve import lexer, pgcatalog
 from tracedb.serve.config import PG_VERSION
+from tracedb.serve.gate import DENIED_NAMES
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,18 @@ COMPAT_MACROS: dict[str, str] = {
     " WHEN regexp_matches(duckdb_type_, '^(STRUCT|MAP|UNION)') THEN 'text' ELSE CASE duckdb_type_ "
     + " ".join(f"WHEN '{duck}' THEN '{pg}'" for duck, pg in _DATA_TYPE_NAMES.items())
     + " ELSE lower(duckdb_type_) END END",
+    # The one role reads every relation and column and may use every schema, nothing else.
+    "has_table_privilege": "(table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select'),"
+    " (user_, table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select')",
+    "has_any_column_privilege": "(table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select'),"
+    " (user_, table_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select')",
+    "has_column_privilege": "(table_, column_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select'),"
+    " (user_, table_, column_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*select')",
+    "has_schema_privilege": "(schema_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*usage'),"
+    " (user_, schema_, privilege_) AS regexp_matches(lower(privilege_), '^\\s*usage')",
+    "regproc_name": "(name_) AS string_split(name_, '.')[-1]",
+    "_pg_expandarray": "(array_) AS unnest(list_transform(range(1, len(array_) + 1),"
+    " lambda i_: {'x': array_[i_], 'n': i_}))",
     "regclass_oid": "(name_) AS (SELECT max(oid) FROM pg_catalog.pg_class"
     " WHERE relname = trim(string_split(name_, '.')[-1], '\"'))",
 }
@@ -176,9 +190,12 @@ COMPAT_MACROS: dict[str, str] = {
 #: match too; ``information_schema.X``: named ``information_schema_X``), so
 #: nothing is created in the database and listings stay exactly the catalog's.
 COMPAT_RELATIONS: dict[str, str] = {
-    "pg_catalog.pg_class": "SELECT * REPLACE ('d' AS relreplident, CAST(reloptions AS VARCHAR[]) AS reloptions),"
+    "pg_catalog.pg_class": "SELECT * REPLACE ('d' AS relreplident, CAST(reloptions AS VARCHAR[]) AS reloptions,"
+    f" {pgcatalog.ROLE_OID}::BIGINT AS relowner, '{pgcatalog.RELATION_ACL}' AS relacl),"
     " false AS relforcerowsecurity FROM pg_catalog.pg_class",
-    "pg_catalog.pg_attribute": "SELECT * REPLACE ('p' AS attstorage) FROM pg_catalog.pg_attribute",
+    "pg_catalog.pg_attribute": f"SELECT * REPLACE ('p' AS attstorage, '{pgcatalog.RELATION_ACL}' AS attacl, CASE "
+    + " ".join(f"WHEN atttypid = {duck} THEN {pg}" for duck, pg in pgcatalog.DUCKDB_TYPE_OIDS.items())
+    + " WHEN atttypid >= 16384 THEN 25 ELSE atttypid END::BIGINT AS atttypid) FROM pg_catalog.pg_attribute",
     "pg_catalog.pg_description": "SELECT objoid,"
     " (SELECT max(oid) FROM pg_catalog.pg_class WHERE relname = 'pg_class') AS classoid,"
     " objsubid, description FROM pg_catalog.pg_description",
@@ -188,6 +205,14 @@ COMPAT_RELATIONS: dict[str, str] = {
     "pg_catalog.pg_database": "SELECT *, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype,"
     " NULL::VARCHAR AS daticulocale, 'c' AS datlocprovider, NULL::VARCHAR[] AS datacl, 0 AS dattablespace, 0 AS datdba,"
     " -1 AS datconnlimit FROM pg_catalog.pg_database",
+    "pg_catalog.pg_type": pgcatalog.PG_TYPE,
+    "pg_catalog.pg_namespace": pgcatalog.PG_NAMESPACE,
+    "pg_catalog.pg_roles": pgcatalog.PG_ROLES,
+    "pg_catalog.pg_user": pgcatalog.PG_USER,
+    "pg_catalog.pg_matviews": pgcatalog.PG_MATVIEWS,
+    "pg_catalog.pg_inherits": pgcatalog.PG_INHERITS,
+    "pg_catalog.pg_stat_user_tables": pgcatalog.PG_STAT_USER_TABLES,
+    "pg_catalog.pg_settings": pgcatalog.pg_settings({s.name: s.default for s in SETTINGS.values()}),
     "information_schema.columns": "SELECT * REPLACE (pg_data_type(data_type) AS data_type)"
     " FROM information_schema.columns",
 }
@@ -212,6 +237,12 @@ REWRITES: tuple[Rewrite, ...] = (
         lambda m: f"{m.group(1)}(",
         "DuckDB keeps few functions in pg_catalog but finds all of them, and the session's"
         " compat macros, unqualified",
+    ),
+    Rewrite(
+        "information-schema-function",
+        re.compile(r"\binformation_schema\s*\.\s*(_pg_expandarray)\s*\(", re.IGNORECASE),
+        lambda m: f"{m.group(1)}(",
+        "pgjdbc's key and index queries call information_schema._pg_expandarray (a session macro)",
     ),
     Rewrite(
         "grafana-search-path",
@@ -241,6 +272,12 @@ REWRITES: tuple[Rewrite, ...] = (
         re.compile(r"\bCAST\s*\(\s*(\0\d+\0|\$\d+)\s+AS\s+(?:pg_catalog\s*\.\s*)?regclass\s*\)", re.IGNORECASE),
         lambda m: f"regclass_oid({m.group(1)})",
         "CAST('name' AS REGCLASS), as SQLAlchemy writes it",
+    ),
+    Rewrite(
+        "regproc-literal",
+        re.compile(r"(\0\d+\0)\s*::\s*(?:pg_catalog\s*\.\s*)?regproc\b", re.IGNORECASE),
+        lambda m: f"regproc_name({m.group(1)})",
+        "'pg_catalog.array_in'::regproc (pgjdbc's array test) is the function's name as pg_type holds it",
     ),
     Rewrite(
         "reg-types-cast",
@@ -305,19 +342,29 @@ def rewrite(sql: str) -> str:
 
 
 def _compat_cte_name(qualified: str) -> str:
+    """The CTE for a compat relation: ``pg_catalog.X`` is ``X`` unless the gate denies that name
+    (``pg_settings``: DuckDB's settings), then ``X_compat``; ``schema.X`` is ``schema_X``."""
     schema, _, name = qualified.partition(".")
-    return name if schema == "pg_catalog" else f"{schema}_{name}"
+    if schema != "pg_catalog":
+        return f"{schema}_{name}"
+    return f"{name}_compat" if name in DENIED_NAMES else name
+
+
+def _name_pattern(name: str) -> str:
+    return rf"(?:{name}|\"{name}\")"  # as written bare or double-quoted (Metabase quotes every name)
 
 
 _COMPAT_CTES = {_compat_cte_name(q): sql for q, sql in COMPAT_RELATIONS.items()}
+
 _COMPAT_RELATION_REF = re.compile(
-    r"\b(?:"
+    r"(?<![\w.\"])(?:"
     + "|".join(
-        rf"(?:pg_catalog\s*\.\s*)?{q.partition('.')[2]}" if q.startswith("pg_catalog.")
-        else rf"{q.partition('.')[0]}\s*\.\s*{q.partition('.')[2]}"
+        rf"(?:{_name_pattern('pg_catalog')}\s*\.\s*)?{_name_pattern(q.partition('.')[2])}"
+        if q.startswith("pg_catalog.")
+        else rf"{_name_pattern(q.partition('.')[0])}\s*\.\s*{_name_pattern(q.partition('.')[2])}"
         for q in sorted(COMPAT_RELATIONS)
     )
-    + r")\b(?!\s*\()",
+    + r")(?![\w\"])(?!\s*\()",
     re.IGNORECASE,
 )
 _SELECT_START = re.compile(r"^\s*(?:SELECT|WITH|FROM)\b", re.IGNORECASE)
@@ -330,8 +377,8 @@ def add_compat_relations(sql: str) -> str:
 
     def unqualify(code: str) -> str:
         def one(m: re.Match[str]) -> str:
-            text = re.sub(r"\s+", "", m.group(0)).lower()
-            name = _compat_cte_name(text) if "." in text else text
+            text = re.sub(r"[\s\"]+", "", m.group(0)).lower()
+            name = _compat_cte_name(text if "." in text else "pg_catalog." + text)
             if name not in used:
                 used.append(name)
             return name
