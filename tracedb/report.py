@@ -18,21 +18,25 @@ columns and rows), which tests and scripts can read back.
 
 from __future__ import annotations
 
+import csv
 import html
+import io
 import os
 import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import orjson
+import plotly.graph_objects as go
+import plotly.offline
+from plotly.subplots import make_subplots
 
 from .errors import QueryError, WarehouseError
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
-
     from .api import TraceDB
 
 TOP = 10  # rows per hotspot kind
@@ -76,18 +80,23 @@ class _Page:
         self.base = base
         self.phase = phase
         self.prefix = f"tracedb -w {shlex.quote(str(db.warehouse))}"
+        self._memo: dict[tuple, tuple[list[str], list[tuple]]] = {}
 
     def select(self, source: str, params: list | None = None, where: str = "",
                order: str = "run, phase") -> tuple[list[str], list[tuple]]:
         """Rows of a mart (or table macro, ``source`` with its arguments)
         for the selected runs and phase: one query for all of them."""
+        key = (source, tuple(params or ()), where, order)
+        if key in self._memo:
+            return self._memo[key]
         sql = f"SELECT * FROM {source} WHERE list_contains(?, run)"
         args = [*(params or []), self.runs]
         if self.phase is not None:
             sql += " AND phase = ?"
             args.append(self.phase)
         rel = self.db.sql(f"{sql}{where} ORDER BY {order}", args)
-        return list(rel.columns), rel.fetchall()
+        self._memo[key] = list(rel.columns), rel.fetchall()
+        return self._memo[key]
 
     def command(self, name: str, run: str | None = None, **opts) -> str:
         words = [self.prefix, "query", name]
@@ -119,15 +128,13 @@ def _layout(fig: go.Figure, height: int = 420, **kw) -> go.Figure:
 
 
 def runs_overview(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-
     runs = _dicts(*_rel(p.db.runs()))
     steps = {(r["run"], r["phase"]): r for r in _dicts(*p.select("latency(span := ?)", ["ProfilerStep#%"]))}
-    counts = {(r, ph): n for r, ph, n in p.db.sql(
-        "SELECT run, phase, count(DISTINCT step) FROM step_times WHERE list_contains(?, run) GROUP BY run, phase",
-        [p.runs]).fetchall()}
+    counts: dict[tuple, set] = {}
+    for r in _dicts(*p.select("step_times", order="run, phase, rank, step")):
+        counts.setdefault((r["run"], r["phase"]), set()).add(r["step"])
     columns = ["run", "phase", "rank_count", "step_count", "event_count", "median_step_us"]
-    rows = [(r["run"], r["phase"], r["rank_count"], counts.get((r["run"], r["phase"]), 0), r["event_count"],
+    rows = [(r["run"], r["phase"], r["rank_count"], len(counts.get((r["run"], r["phase"]), ())), r["event_count"],
              steps.get((r["run"], r["phase"]), {}).get("p50_us"))
             for r in runs if r["run"] in p.runs and p.phase in (None, r["phase"])]
     fig = go.Figure()
@@ -150,9 +157,6 @@ def runs_overview(p: _Page) -> list[Chart]:
 
 
 def hotspots(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     charts = []
     columns, all_rows = p.select("hotspots", where=f" QUALIFY row_number() OVER (PARTITION BY run, phase, kind"
                                                    f" ORDER BY total_us DESC, name) <= {TOP}",
@@ -187,8 +191,6 @@ def hotspots(p: _Page) -> list[Chart]:
 
 
 def step_heatmaps(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-
     columns, rows = p.select("step_times", order="run, phase, rank, step")
     scol, srows = p.select("stragglers", order="run, phase, step")
     stragglers = _dicts(scol, srows)
@@ -229,8 +231,6 @@ def step_heatmaps(p: _Page) -> list[Chart]:
 
 
 def overlap(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-
     columns, rows = p.select("overlap", order="run, phase, rank")
     if not rows:
         return []
@@ -276,9 +276,6 @@ def overlap(p: _Page) -> list[Chart]:
 
 
 def comm_latency(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     columns, rows = p.select("comm_latency", order="run, phase, library, collective, msg_bytes_bucket")
     if not rows:
         return []
@@ -316,8 +313,6 @@ def comm_latency(p: _Page) -> list[Chart]:
 
 
 def gpu_utilization(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-
     columns, rows = p.select("gpu_utilization", order="run, phase, rank, device, scope, stream")
     if not rows:
         return []
@@ -345,8 +340,6 @@ def gpu_utilization(p: _Page) -> list[Chart]:
 
 
 def latency(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-
     spans = [("ProfilerStep#%", "profiler steps")]
     timers = p.db.sql("SELECT DISTINCT name FROM stg_timer_spans WHERE list_contains(?, run) ORDER BY name LIMIT 5",
                       [p.runs]).fetchall()
@@ -357,12 +350,17 @@ def latency(p: _Page) -> list[Chart]:
         if not rows:
             continue
         recs = _dicts(columns, rows)
-        kinds = sorted({r["kind"] for r in recs})
+        # the samples behind the percentiles: the steps of step_times, the timed passes
         samples_of: dict[tuple, list[float]] = {}
-        for run, phase, kind, clock, dur in p.db.sql(
-                "SELECT run, phase, kind, clock, dur_ns FROM int_latency_spans WHERE list_contains(?, run)"
-                " AND name LIKE ? AND list_contains(?, kind)", [p.runs, pattern, kinds]).fetchall():
-            samples_of.setdefault((run, phase, kind, clock), []).append(dur / 1e3)
+        if pattern == "ProfilerStep#%":
+            scol, srows = p.select("step_times", order="run, phase, rank, step")
+            for r in _dicts(scol, srows):
+                samples_of.setdefault((r["run"], r["phase"], "annotation", "trace"), []).append(r["dur_us"])
+        else:
+            for run, phase, clock, dur in p.db.sql(
+                    "SELECT run, phase, clock, dur_ns FROM stg_timer_spans WHERE list_contains(?, run) AND name = ?",
+                    [p.runs, pattern]).fetchall():
+                samples_of.setdefault((run, phase, "timer", clock), []).append(dur / 1e3)
         fig = go.Figure()
         for r in recs:
             name = f"{r['run']} {r['phase']}" + ("" if r["clock"] == "trace" else f" ({r['clock']})")
@@ -388,8 +386,6 @@ def latency(p: _Page) -> list[Chart]:
 
 
 def regressions(p: _Page) -> list[Chart]:
-    import plotly.graph_objects as go
-
     if p.base is None:
         return []
     charts = []
@@ -444,7 +440,7 @@ def regressions(p: _Page) -> list[Chart]:
 
 # The views the sections read.
 NEEDS = ("hotspots", "step_times", "stragglers", "overlap", "overlap_by_step", "comm_latency", "gpu_utilization",
-         "int_latency_spans", "stg_timer_spans", "int_annotation_nesting")
+         "stg_timer_spans", "int_annotation_nesting")
 SECTIONS = (runs_overview, regressions, hotspots, step_heatmaps, overlap, comm_latency, gpu_utilization, latency)
 
 
@@ -500,10 +496,6 @@ def _json_script(value, cls: str, **attrs) -> str:
 
 
 def _csv(columns: list[str], rows: list[tuple]) -> str:
-    import csv
-    import io
-    from urllib.parse import quote
-
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)
@@ -551,8 +543,6 @@ def _section(c: Chart) -> str:
 def build_page(db: TraceDB, runs: list[str] | None = None, base: str | None = None,
                phase: str | None = None) -> tuple[str, list[Chart]]:
     """The HTML text of the report and its charts."""
-    import plotly.offline
-
     present = {v for (v,) in db.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     missing = sorted(set(NEEDS) - present)
     if missing:
