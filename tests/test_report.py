@@ -64,6 +64,8 @@ def test_the_page_has_every_chart_and_asks_no_network(made):
     # one self-contained file: no external script, style, image or font
     assert not re.search(r"""<(script|img|link|iframe)[^>]*\s(src|href)=["']?(https?:)?//""", text, re.I)
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
+    assert "@media print" in text  # laid out for paper too
+    assert "<title>tracedb report: v2 against v1</title>" in text
     # each chart says what it shows, what to look for and which command gives its numbers
     sections = re.findall(r'<section class="chart" id="([^"]+)">\s*<h2>(.*?)</h2>\s*<p class="look">(.*?)</p>', text)
     assert {k for k, _t, _l in sections} == set(data)

@@ -106,8 +106,9 @@ class _Page:
                 words += [f"--{key.replace('_', '-')}", shlex.quote(str(value))]
         return " ".join(words)
 
-    def runs_option(self) -> str:
-        return self.runs[0] if len(self.runs) == 1 else "R"
+    def runs_option(self) -> str | None:
+        """--run for a command over every selected run: the run, or none (all runs) when several."""
+        return self.runs[0] if len(self.runs) == 1 else None
 
 
 def _dicts(columns: list[str], rows: list[tuple]) -> list[dict]:
@@ -565,7 +566,8 @@ def build_page(db: TraceDB, runs: list[str] | None = None, base: str | None = No
         chosen.append(base)  # the base is shown beside the runs compared to it
     page = _Page(db, chosen, base, phase)
     charts = [c for section in SECTIONS for c in section(page)]
-    title = "tracedb report: " + ", ".join(chosen) + (f" against {base}" if base else "") + \
+    shown = [r for r in chosen if r != base] or chosen
+    title = "tracedb report: " + ", ".join(shown) + (f" against {base}" if base else "") + \
         (f", phase {phase}" if phase else "")
     toc = "".join(f'<li><a href="#{html.escape(c.key)}">{html.escape(c.title)}</a></li>' for c in charts)
     body = "\n".join(_section(c) for c in charts)
