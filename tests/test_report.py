@@ -160,3 +160,26 @@ def test_report_errors_are_one_line(made, tmp_path: Path):
     res = CliRunner().invoke(main, ["-w", wh, "report", "--run", "v9", "-o", str(tmp_path / "r.html")])
     assert res.exit_code == 1 and res.output.strip().splitlines()[-1] == "Error: no run 'v9' in the warehouse (runs: v1, v2)"
     assert not (tmp_path / "r.html").exists()
+
+
+def test_names_from_a_trace_cannot_end_a_script_or_add_markup(tmp_path: Path):
+    """A trace is input from anyone: its names land in the page as data, never as markup."""
+    from conftest import write_trace
+
+    evil = '</script><script>alert(1)</script><img src=x onerror=alert(2)>'
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": "kernel", "name": evil, "pid": 0, "tid": 7, "ts": 20, "dur": 30,
+         "args": {"device": 0, "stream": 7}},
+    ]
+    write_trace(tmp_path / "runs" / "x<y" / "rank0.train.json", events)
+    db = tracedb.open(tmp_path / "wh")
+    db.ingest([tmp_path / "runs"], jobs=1)
+    made = db.report(tmp_path / "r.html")
+    text = made.path.read_text()
+    assert evil not in text and "<img src=x" not in text
+    # ... and the data still holds the name, as it was
+    data = {html.unescape(k): json.loads(b) for k, b in DATA.findall(text)}
+    assert evil in [r[3] for r in data["hotspots-x_y-train"]["rows"]]  # (discover makes run x<y x_y)
+    db.close()

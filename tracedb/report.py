@@ -146,7 +146,8 @@ def runs_overview(p: _Page) -> list[Chart]:
             fig.add_bar(name=phase, x=[r[0] for r in mine], y=[r[5] / 1e3 for r in mine],
                         customdata=[r[2:5] for r in mine],
                         hovertemplate="run %{x}<br>median step %{y:.3f} ms<br>ranks %{customdata[0]}, "
-                                      "steps %{customdata[1]}, events %{customdata[2]:,}<extra>" + phase + "</extra>")
+                                      "steps %{customdata[1]}, events %{customdata[2]:,}<extra>" + html.escape(phase)
+                                      + "</extra>")
     fig.update_xaxes(title_text="run", type="category")
     fig.update_yaxes(title_text="median profiler step (ms)")
     return [Chart(
