@@ -72,7 +72,7 @@ def test_orphans_and_leftovers_are_found_and_removed(wh: Path):
         f"staging_leftover: {wh / '.staging' / 'abc.12345678'}: left by an interrupted ingest",
         f"temp_catalog: {wh / '.tracedb.duckdb.4242.tmp'}: catalog copy left by an interrupted writer",
     ]
-    assert lines[-1] == "Checked 2 trace(s), 15 Parquet file(s): 3 problem(s), 0 repaired."
+    assert lines[-1] == "Checked 2 trace(s), 21 Parquet file(s): 3 problem(s), 0 repaired."
     assert "tracedb check --repair" in res.stderr
 
     res = _cli(wh, "--repair")
