@@ -46,12 +46,13 @@ def _cli(wh: Path, *args: str):
 def test_a_fresh_warehouse_is_ok(wh: Path):
     report = tracedb.open(wh).check()
     assert report.problems == [] and report.ok
-    # per trace: events, flows, counters and 4 summaries (int_comm_ops,
-    # int_overlap_sums, int_op_step_sums, int_op_dur_counts)
-    assert (report.trace_count, report.file_count) == (2, 2 * (3 + 4))
+    # per trace: events, flows, counters and 7 summaries (int_comm_ops,
+    # int_overlap_sums, int_op_step_sums, int_op_dur_counts, int_gpu_busy_sums,
+    # int_step_sums, int_annotation_nesting)
+    assert (report.trace_count, report.file_count) == (2, 2 * (3 + 7))
     res = _cli(wh)
     assert res.exit_code == 0
-    assert res.output == "Checked 2 trace(s), 14 Parquet file(s): OK.\n"
+    assert res.output == "Checked 2 trace(s), 20 Parquet file(s): OK.\n"
 
 
 def test_orphans_and_leftovers_are_found_and_removed(wh: Path):
@@ -71,7 +72,7 @@ def test_orphans_and_leftovers_are_found_and_removed(wh: Path):
         f"staging_leftover: {wh / '.staging' / 'abc.12345678'}: left by an interrupted ingest",
         f"temp_catalog: {wh / '.tracedb.duckdb.4242.tmp'}: catalog copy left by an interrupted writer",
     ]
-    assert lines[-1] == "Checked 2 trace(s), 15 Parquet file(s): 3 problem(s), 0 repaired."
+    assert lines[-1] == "Checked 2 trace(s), 21 Parquet file(s): 3 problem(s), 0 repaired."
     assert "tracedb check --repair" in res.stderr
 
     res = _cli(wh, "--repair")
@@ -132,4 +133,4 @@ def test_copies_of_one_trace_in_one_ingest_leave_no_orphans(tmp_path: Path):
     db.ingest([tmp_path / "runs"], jobs=1)
     assert db.sql("SELECT count(*) FROM traces").fetchall() == [(1,)]
     report = db.check()
-    assert report.problems == [] and report.file_count == 3 + 4  # events, flows, counters; 4 summaries
+    assert report.problems == [] and report.file_count == 3 + 7  # events, flows, counters; 7 summaries

@@ -21,7 +21,8 @@ from conftest import CORPUS, ROOT
 from marts_fixture import write_ranks
 
 CUDA = ROOT / "tests" / "fixtures" / "cuda"
-PER_TRACE = {"int_comm_ops", "int_overlap_sums", "int_op_step_sums", "int_op_dur_counts"}
+PER_TRACE = {"int_comm_ops", "int_overlap_sums", "int_op_step_sums", "int_op_dur_counts", "int_gpu_busy_sums",
+             "int_step_sums", "int_annotation_nesting"}
 
 
 def _norm(v):

@@ -26,8 +26,10 @@ from .query import ViewInfo, build, list_views
 # half the time without them.
 if TYPE_CHECKING:
     from .check import CheckReport
+    from .export import ExportResult
     from .ingest import FileResult, IngestReport
     from .serve import ServeConfig, Server
+    from .report import ReportResult
 
 DEFAULT_WAREHOUSE = "tracedb"
 
@@ -201,6 +203,24 @@ class TraceDB:
         if on_ready is not None:
             on_ready(server)
         server.serve_forever()
+
+    def report(self, path: str | os.PathLike, runs: list[str] | None = None, base: str | None = None,
+               phase: str | None = None) -> ReportResult:
+        """Write one self-contained HTML page of charts over the marts
+        (tracedb.report)."""
+        from .report import write_report
+
+        return write_report(self, path, runs=runs, base=base, phase=phase)
+
+    def export(self, path: str | os.PathLike, run: str, rank: int, phase: str | None = None,
+               step: int | None = None, start_ns: int | None = None, end_ns: int | None = None,
+               compare: str | None = None) -> ExportResult:
+        """Write a window of one rank's trace (a step, or nanosecond bounds)
+        as Chrome-trace JSON for Perfetto (tracedb.export)."""
+        from .export import export
+
+        return export(self, path, run, rank, phase=phase, step=step, start_ns=start_ns, end_ns=end_ns,
+                      compare=compare)
 
     def __enter__(self) -> "TraceDB":
         return self

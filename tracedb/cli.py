@@ -371,6 +371,61 @@ def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_state
 
 
 @main.command()
+@click.option("--run", "runs", multiple=True, help="Run to show (repeatable; default: every run).")
+@click.option("--base", help="Baseline run: adds the regressions of each run against it.")
+@click.option("--phase", help="Only this phase.")
+@click.option("--output", "-o", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="The HTML file to write.")
+@click.pass_context
+def report(ctx, runs, base, phase, output):
+    """Write one self-contained HTML page of charts over the marts: runs,
+    hotspots, step times and stragglers, overlap, collectives, GPU
+    utilization, span latency and, with --base, the regressions. It opens
+    offline (scripts and data inline); each chart names the `tracedb query`
+    that gives its numbers.
+
+    \b
+    Example:
+      tracedb report -o report.html
+      tracedb report --run v2 --base v1 -o v2-vs-v1.html
+    """
+    made = _db(ctx).report(output, runs=list(runs) or None, base=base, phase=phase)
+    _err(f"Wrote {made.path} ({made.chart_count} charts, {made.bytes / 1e6:,.1f} MB) in {made.seconds:.1f} s.")
+
+
+@main.command()
+@click.option("--run", required=True, help="The run.")
+@click.option("--rank", required=True, type=click.IntRange(min=0), help="The rank.")
+@click.option("--phase", help="The phase (needed when the rank has several).")
+@click.option("--step", type=int, help="Profiler step N (ProfilerStep#N) and the GPU work it launched.")
+@click.option("--start-ns", type=int, help="Window start, nanoseconds (as ts_ns in the warehouse).")
+@click.option("--end-ns", type=int, help="Window end (exclusive), nanoseconds.")
+@click.option("--compare", help="Base run whose same step is put beside it (separate processes, aligned).")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="The JSON file to write (.json or .json.gz).")
+@click.pass_context
+def export(ctx, run, rank, phase, step, start_ns, end_ns, compare, output):
+    """Write a window of one rank's trace as Chrome-trace JSON that Perfetto
+    UI and chrome://tracing open: the events, flows and counters that start
+    in it, the process and thread names, the original args. Ingesting the
+    file gives back the same rows.
+
+    \b
+    Example:
+      tracedb export --run v2 --rank 0 --step 2 -o step2.json
+      tracedb export --run v2 --rank 0 --step 2 --compare v1 -o v1-v2-step2.json.gz
+      tracedb export --run v2 --rank 3 --start-ns 1700000000000000000 --end-ns 1700000000050000000 -o slice.json
+    """
+    made = _db(ctx).export(output, run=run, rank=rank, phase=phase, step=step, start_ns=start_ns,
+                           end_ns=end_ns, compare=compare)
+    w = made.window
+    _err(f"Wrote {made.path}: run {w.run} rank {w.rank} phase {w.phase}"
+         + (f" step {w.step}" if w.step is not None else "")
+         + f", {made.event_count:,} events, {made.flow_count:,} flows, {made.counter_count:,} counters"
+         + (f"; beside it {made.base.run}'s same step" if made.base else "") + ".")
+
+
+@main.command()
 @click.argument("folder", default="tracedb-demo", type=click.Path(file_okay=False))
 @click.option("--capture/--no-capture", default=None,
               help="Also capture 2-rank CPU jobs with torch (default: when torch is installed).")

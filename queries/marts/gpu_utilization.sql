@@ -5,28 +5,9 @@
 -- unions are per trace file, then summed.
 -- `tracedb query gpu_utilization --run v2`
 -- Grain: one row per run, rank, phase, device, scope and stream.
--- requires: int_gpu_islands
+-- requires: int_gpu_busy_sums
 -- order by: run, phase, rank, device, scope, stream
 CREATE OR REPLACE VIEW gpu_utilization AS
-WITH islands AS (
-    SELECT
-        *,
-        lead(ts_ns) OVER (
-            PARTITION BY run, rank, phase, file_id, device, scope, stream ORDER BY island
-        ) - end_ns AS gap_after_ns
-    FROM int_gpu_islands
-),
-per_file AS (
-    SELECT
-        run, rank, phase, file_id, device, scope, stream,
-        sum(end_ns - ts_ns) AS busy_ns,
-        max(end_ns) - min(ts_ns) AS span_ns,
-        count(*) - 1 AS gap_count,
-        max(gap_after_ns) AS max_gap_ns,
-        sum(activity_count) AS activity_count
-    FROM islands
-    GROUP BY run, rank, phase, file_id, device, scope, stream
-)
 SELECT
     run,
     rank,
@@ -51,5 +32,5 @@ SELECT
     sum(gap_count) AS gap_count,
     -- Longest idle gap, microseconds.
     max(max_gap_ns) / 1e3 AS max_gap_us
-FROM per_file
+FROM int_gpu_busy_sums
 GROUP BY run, rank, phase, device, scope, stream;

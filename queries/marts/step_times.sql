@@ -2,38 +2,26 @@
 -- the CPU, and the kernels launched in it. `tracedb query step_times --run v2`;
 -- the slowest rank per step: stragglers.
 -- Grain: one row per run, rank, phase, step.
--- requires: int_steps, int_kernel_launches
+-- requires: int_step_sums
 -- order by: run, phase, step, rank
 CREATE OR REPLACE VIEW step_times AS
-WITH steps AS (
-    SELECT run, rank, phase, step, min(step_name) AS step_name, min(ts_ns) AS ts_ns, sum(dur_ns) AS dur_ns
-    FROM int_steps
-    GROUP BY run, rank, phase, step
-),
-kernels AS (
-    SELECT run, rank, phase, step, count(*) AS kernel_count, sum(dur_ns) AS kernel_ns,
-           min(ts_ns) AS first_kernel_ns, max(end_ns) AS last_kernel_end_ns
-    FROM int_kernel_launches
-    WHERE step IS NOT NULL
-    GROUP BY run, rank, phase, step
-)
 SELECT
-    s.run,
-    s.rank,
-    s.phase,
+    run,
+    rank,
+    phase,
     -- Step number N of ProfilerStep#N.
-    s.step,
+    step,
     -- ProfilerStep#N.
-    s.step_name,
+    min(step_name) AS step_name,
     -- Step start, nanoseconds.
-    s.ts_ns,
+    min(ts_ns) AS ts_ns,
     -- Step duration on the CPU (the ProfilerStep#N range), microseconds.
-    s.dur_ns / 1e3 AS dur_us,
+    sum(dur_ns) / 1e3 AS dur_us,
     -- Kernels launched in the step.
-    coalesce(k.kernel_count, 0) AS kernel_count,
+    CAST(sum(kernel_count) AS BIGINT) AS kernel_count,
     -- Summed duration of those kernels, microseconds.
-    coalesce(k.kernel_ns, 0) / 1e3 AS kernel_us,
+    sum(kernel_ns) / 1e3 AS kernel_us,
     -- First start to last end of those kernels, microseconds; NULL without kernels.
-    (k.last_kernel_end_ns - k.first_kernel_ns) / 1e3 AS gpu_span_us
-FROM steps s
-LEFT JOIN kernels k ON k.run = s.run AND k.rank = s.rank AND k.phase = s.phase AND k.step = s.step;
+    (max(last_kernel_end_ns) - min(first_kernel_ns)) / 1e3 AS gpu_span_us
+FROM int_step_sums
+GROUP BY run, rank, phase, step;
