@@ -62,7 +62,7 @@ def _warehouse_option(command):
     hotspots -w wh``): every command that opens the warehouse takes it."""
     return click.option("--warehouse", "-w", type=click.Path(file_okay=False), default=None, expose_value=False,
                         callback=_set_warehouse,
-                        help="Warehouse folder (as before the command; this one wins).")(command)
+                        help="Warehouse folder, as `tracedb -w DIR COMMAND` takes it (given here, it wins).")(command)
 
 
 class _Errors(click.Group):
@@ -88,6 +88,7 @@ def main(ctx: click.Context, warehouse: str) -> None:
     Example:
       tracedb -w wh ingest runs/
       tracedb -w wh query hotspots --run v2 --limit 10
+      tracedb query hotspots --run v2 -w wh     # -w after the command too
     """
     ctx.obj = {"warehouse": warehouse}
 
