@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 from click.testing import CliRunner
 
 import tracedb
