@@ -401,12 +401,11 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
 _worker_summarizer: summaries.Summarizer | None = None
 
 
-def _ingest_in_worker(root: str, tf: TraceFile, known_ids: frozenset[str]) -> FileResult:
+def _ingest_in_worker(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str]) -> FileResult:
     """``ingest_file`` in a ``--jobs`` worker process, with one summarizer
     for the traces it ingests, closed (its spill folder removed) as the
     process exits."""
     global _worker_summarizer
-    warehouse = Warehouse(root)
     if _worker_summarizer is None:
         _worker_summarizer = new_summarizer(warehouse, threads=1)
         multiprocessing.util.Finalize(None, _worker_summarizer.close, exitpriority=10)
@@ -507,7 +506,7 @@ def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
                 # The largest first: a large trace last would be left to
                 # one core at the end, the others idle.
                 largest_first = sorted(pending, key=_json_bytes, reverse=True)
-                futures = {pool.submit(_ingest_in_worker, str(warehouse.root), tf, known_ids) for tf in largest_first}
+                futures = {pool.submit(_ingest_in_worker, warehouse, tf, known_ids) for tf in largest_first}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:

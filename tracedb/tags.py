@@ -23,6 +23,7 @@ import duckdb
 from .discover import RUN_CONFIG
 from .errors import IngestError
 from .sqltext import sql_literal
+from .warehouse import TAGS_DIR
 
 if TYPE_CHECKING:
     from .discover import TraceFile
@@ -105,9 +106,9 @@ def drop(warehouse: Warehouse, run: str, on_wait: Callable[[str], None] | None =
     key = warehouse.tags_key(run)
     if not warehouse.storage.exists(key):
         return
-    with warehouse.catalog.writing(on_wait):
+    with warehouse.catalog.writing(on_wait):  # (tags are written under the same lock)
         warehouse.storage.remove(key)
-    warehouse.prune()
+        warehouse.prune((TAGS_DIR,))
 
 
 def bind(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> None:

@@ -278,9 +278,12 @@ class Warehouse:
     def location(self, key: str) -> str:
         return self.storage.location(key)
 
-    def prune(self) -> None:
-        """Remove the partition folders that no file is left in."""
-        for top in (*TABLES, SUMMARY_DIR, TAGS_DIR):
+    def prune(self, tops: tuple[str, ...] = (*TABLES, SUMMARY_DIR)) -> None:
+        """Remove the partition folders that no file is left in, under the
+        tables and summaries (or ``tops``). With no ingest running only
+        (``exclusive``): an ingest makes a partition's folder, then publishes
+        into it."""
+        for top in tops:
             self.storage.prune(top)
 
     # -- the folder itself ---------------------------------------------------
@@ -428,7 +431,7 @@ class Warehouse:
         catalog in one atomic swap (readers stop seeing them at once), then
         their files off the storage; returns how many rows went. A crash in
         between leaves only orphan files, which ``tracedb check --repair``
-        removes."""
+        removes. The caller holds ``exclusive``."""
         if not file_ids:
             return 0
         with self.catalog.writing(on_wait) as con:
