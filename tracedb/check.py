@@ -171,12 +171,11 @@ def _repair(wh: Warehouse, problems: list[Problem], on_wait: Callable[[str], Non
     wh.unregister(sorted({p.file_id for p in problems if p.file_id}), on_wait)
     # A lost summary is derived data: made again from the trace's events.
     resummarize = sorted({p.summary_of for p in problems if p.summary_of})
-    catalog = wh.catalog
     if resummarize:
-        with catalog.writing(on_wait) as con:
+        with wh.catalog.writing(on_wait) as con:
             con.execute("UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)",
                         [resummarize])
-        catalog.refresh_summaries(on_wait)
+        wh.catalog.refresh_summaries(on_wait)
     for p in problems:
         if p.file_id:
             p.repaired = "trace unregistered: ingest its file again to redo it"
