@@ -24,6 +24,7 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 from tracedb import ingest, summaries  # noqa: E402
 from tracedb.catalog import resource_dir  # noqa: E402
 from tracedb.views import load_view_files  # noqa: E402
+from tracedb.warehouse import Warehouse  # noqa: E402
 
 
 def _peak_mib() -> int | None:
@@ -68,7 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     threads = max(1, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
-        wh = Path(tmp)
+        wh = Warehouse(tmp)
         steps = Steps()
         file_id = steps.run("hash", ingest.hash_file, args.trace)
         # The fast path with workers, as ingest takes it for a large trace alone.

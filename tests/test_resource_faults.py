@@ -134,11 +134,12 @@ def test_unwritable_staging_is_one_clear_error(tmp_path):
     """The staging folder cannot be made (a file stands in its way): a
     WarehouseError naming the warehouse and the OS's reason."""
     from tracedb.errors import WarehouseError
-    from tracedb.store import STAGING, TraceWriter
+    from tracedb.store import TraceWriter
+    from tracedb.warehouse import Warehouse
 
     wh = tmp_path / "wh"
     wh.mkdir()
-    (wh / STAGING).write_text("in the way")
+    Warehouse(wh).staging.write_text("in the way")
     with pytest.raises(WarehouseError) as err:
-        TraceWriter(wh)
+        TraceWriter(Warehouse(wh))
     assert str(err.value) == f"{wh}: cannot write the warehouse: Not a directory"

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 import tracedb
 from tracedb.catalog import Catalog
+from tracedb.warehouse import Warehouse
 from tracedb.cli import main
 from conftest import CORPUS, ROOT
 from marts_fixture import write_ranks
@@ -52,7 +53,7 @@ def view_sql(db: tracedb.TraceDB, name: str) -> str:
 
 
 def mark_stale(wh: Path) -> None:
-    with Catalog(wh).writing() as con:
+    with Warehouse(wh).catalog.writing() as con:
         con.execute("UPDATE traces SET summaries_fingerprint = 'made-by-an-older-tracedb'")
 
 
@@ -136,7 +137,7 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
     assert len(traces) >= 5
     spill = tmp_path / "spill"
     nonempty = set()
-    with summaries.Summarizer(wh, defs, spill) as summarizer:
+    with summaries.Summarizer(Warehouse(wh), defs, spill) as summarizer:
         for rep in range(2):
             for file_id, run, rank, phase, tables, info in traces:
                 shared, alone = tmp_path / f"shared{rep}.{file_id}", tmp_path / f"alone{rep}.{file_id}"
@@ -144,7 +145,7 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
                 alone.mkdir()
                 kw = dict(file_id=file_id, run=run, rank=rank, phase=phase, distributed_info=info)
                 made = summarizer.compute(tables, shared, **kw)
-                expected = summaries.compute(wh, defs, tables, alone, **kw)
+                expected = summaries.compute(Warehouse(wh), defs, tables, alone, **kw)
                 assert made.keys() == expected.keys() == PER_TRACE
                 for view in PER_TRACE:
                     rows = _rows(made[view])
@@ -166,8 +167,8 @@ def test_a_trace_that_fails_leaves_the_summarizer_to_the_next(wh: Path, tmp_path
     bad = tmp_path / "events.parquet"
     bad.write_bytes(b"not parquet at all" * 100)
     (tmp_path / "alone").mkdir()
-    expected = summaries.compute(wh, defs, tables, tmp_path / "alone", **kw)
-    with summaries.Summarizer(wh, defs, tmp_path / "spill") as summarizer:
+    expected = summaries.compute(Warehouse(wh), defs, tables, tmp_path / "alone", **kw)
+    with summaries.Summarizer(Warehouse(wh), defs, tmp_path / "spill") as summarizer:
         for i in range(2):  # a good trace, then a broken one, then the good one again
             out = tmp_path / f"good{i}"
             out.mkdir()
@@ -255,5 +256,5 @@ def test_running_out_of_memory_is_the_traces_failure_not_the_librarys(tmp_path: 
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(duckdb.OutOfMemoryException):
-        summaries.compute(wh, load_view_files(resource_dir("queries")), tables, out, file_id=file_id, run="fx",
+        summaries.compute(Warehouse(wh), load_view_files(resource_dir("queries")), tables, out, file_id=file_id, run="fx",
                           rank=0, phase="default", distributed_info=None, threads=2, memory_limit="1KB")

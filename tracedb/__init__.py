@@ -1,9 +1,7 @@
 """tracedb: a SQL warehouse of PyTorch Profiler (Kineto) / Chrome-trace JSON."""
 
-__version__ = "0.1.0"
-
-from .api import TraceDB, open  # noqa: E402,A004
-from .errors import (  # noqa: E402
+from .api import TraceDB, open  # noqa: A004
+from .errors import (
     IngestError,
     MigrationError,
     QueryError,
@@ -13,6 +11,7 @@ from .errors import (  # noqa: E402
     ViewError,
     WarehouseError,
 )
+from .version import __version__
 
 __all__ = [
     "TraceDB", "open", "TracedbError", "IngestError", "TraceFormatError", "MigrationError",

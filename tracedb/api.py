@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Callable
 
 import duckdb
 
-from .catalog import CATALOG_NAME, Catalog
 from .discover import TraceFile, discover
-from .errors import WarehouseError
 from .query import ViewInfo, build, list_views
+from .warehouse import Warehouse
 
 # The writing side (parsers, Parquet writer, pyarrow, numpy) is imported by
 # the methods that use it: a query needs only DuckDB, and starts in under
@@ -31,42 +30,17 @@ if TYPE_CHECKING:
     from .serve import ServeConfig, Server
     from .report import ReportResult
 
-DEFAULT_WAREHOUSE = "tracedb"
-
-
-def default_warehouse() -> Path:
-    return Path(os.environ.get("TRACEDB_WAREHOUSE") or DEFAULT_WAREHOUSE)
-
-
 class TraceDB:
-    """A warehouse: Parquet files plus the DuckDB catalog that points at them."""
+    """A warehouse: Parquet files plus the DuckDB catalog that points at them
+    (``wh``: its layout, locks, storage and registry of traces)."""
 
-    def __init__(self, warehouse: str | os.PathLike | None = None):
-        self.warehouse = Path(warehouse).expanduser().absolute() if warehouse else default_warehouse().absolute()
-        self.catalog = Catalog(self.warehouse)
+    def __init__(self, warehouse: str | os.PathLike | Warehouse | None = None):
+        self.wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse or None)
+        self.warehouse: Path = self.wh.root
+        self.catalog = self.wh.catalog
         self._con: duckdb.DuckDBPyConnection | None = None
 
     # -- writing ----------------------------------------------------------
-
-    def _check_writable_target(self) -> None:
-        from .schema import TABLES
-        from .store import STAGING
-        from .summaries import SUMMARY_DIR
-        from .tags import TAGS_DIR
-        from .views import COMM_PATTERNS_CSV
-
-        w = self.warehouse
-        if w.exists() and not w.is_dir():
-            raise WarehouseError(f"{w}: exists and is not a folder")
-        if w.is_dir() and not (w / CATALOG_NAME).exists() and any(
-            # (.tracedb*: locks and catalog copies of an ingest killed before its first swap)
-            p.name not in {*TABLES, SUMMARY_DIR, STAGING, COMM_PATTERNS_CSV, TAGS_DIR}
-            and not p.name.startswith(".tracedb")
-            for p in w.iterdir()
-        ):
-            raise WarehouseError(
-                f"{w}: exists and is not a tracedb warehouse; choose another --warehouse"
-            )
 
     def discover(self, paths: list[str | os.PathLike], run: str | None = None,
                  rank: int | None = None, phase: str | None = None) -> list[TraceFile]:
@@ -88,14 +62,14 @@ class TraceDB:
         if files is None:
             files = discover(paths or [], run=run, rank=rank, phase=phase)
         configs = run_tags.run_configs(files)
-        self._check_writable_target()
+        self.wh.check_target()
         self.close()
         jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-        report = run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
+        report = run_ingest(self.wh, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
         present = {r.run for r in report.results if r.status != "failed"}
         wanted = {r: {**configs.get(r, {}), **(tags or {})} for r in present}
         if any(wanted.values()):
-            run_tags.save(self.catalog, wanted, on_wait)
+            run_tags.save(self.wh, wanted, on_wait)
         return report
 
     def rebuild_views(self, on_wait: Callable[[str], None] | None = None) -> int:
@@ -103,11 +77,9 @@ class TraceDB:
         older view library or comm_patterns.csv made (after upgrading
         tracedb, moving the warehouse or changing comm_patterns.csv);
         returns how many traces' summaries were recomputed."""
-        from . import locks
-
-        self._check_writable_target()
+        self.wh.check_target()
         self.close()
-        with locks.ingesting(self.warehouse, on_wait):
+        with self.wh.ingesting(on_wait):
             return self.catalog.refresh_summaries(on_wait)
 
     def check(self, repair: bool = False, on_wait: Callable[[str], None] | None = None) -> CheckReport:
@@ -116,7 +88,7 @@ class TraceDB:
         from .check import check
 
         self.close()
-        return check(self.warehouse, repair=repair, on_wait=on_wait)
+        return check(self.wh, repair=repair, on_wait=on_wait)
 
     def remove(self, run: str, rank: int | None = None, phase: str | None = None,
                on_wait: Callable[[str], None] | None = None) -> int:
@@ -126,9 +98,9 @@ class TraceDB:
         from .remove import remove
 
         self.close()
-        removed = remove(self.warehouse, run, rank=rank, phase=phase, on_wait=on_wait)
+        removed = remove(self.wh, run, rank=rank, phase=phase, on_wait=on_wait)
         if rank is None and phase is None:
-            tags.drop(self.catalog, run, on_wait)
+            tags.drop(self.wh, run, on_wait)
         return removed
 
     # -- reading ----------------------------------------------------------

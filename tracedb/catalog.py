@@ -6,8 +6,8 @@ files (``events``, ``flows``, ``counters``) and the view library from
 queries/.
 
 Readers are never locked out: a writer never opens the live catalog file.
-It copies it to a temp file under an exclusive lock (``.tracedb.lock``, so
-concurrent ingests queue), changes the copy, and swaps it in with
+It copies it to a temp file under an exclusive lock (the warehouse's
+catalog lock, so concurrent ingests queue), changes the copy, and swaps it in with
 ``os.replace``. Readers holding the old file keep a consistent snapshot; new
 readers see the new one. The raw views list their Parquet files explicitly
 (absolute paths, so the catalog works from any directory), so a Parquet file
@@ -16,7 +16,6 @@ becomes visible in the same atomic swap that registers its trace.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -30,14 +29,14 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import duckdb
 
 from .errors import MigrationError, WarehouseError
+from .sqltext import sql_literal
 
 # Building the views (schema, views, summaries: pyarrow) is imported by the
 # methods that write: a reader opens the catalog with DuckDB alone.
 if TYPE_CHECKING:
     from .views import ViewDef
+    from .warehouse import Warehouse
 
-CATALOG_NAME = "tracedb.duckdb"
-LOCK_NAME = ".tracedb.lock"
 _MIGRATION_RE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
@@ -115,10 +114,6 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list
     return done
 
 
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 RAW_DOCS = {
     "events": "Every slice, instant and metadata event of every ingested trace, one row per "
               "event (a matched B/E pair is one row, ph 'X'). Times in integer nanoseconds.",
@@ -153,18 +148,12 @@ RAW_COLUMN_DOCS = {
 COMMON_COLUMNS = ("run", "rank", "phase", "file_id", "event_id", "pid", "tid", "args")
 
 
-def trace_files(files_json: str | None, summaries_json: str | None) -> list[str]:
-    """The Parquet files of a traces row (data and summaries), relative to
-    the warehouse."""
-    return [rel for listed in (files_json, summaries_json) for rel in json.loads(listed or "{}").values()]
-
-
 class Catalog:
-    """The catalog file of one warehouse."""
+    """The catalog file of one warehouse (``Warehouse.catalog``)."""
 
-    def __init__(self, warehouse: Path):
-        self.warehouse = Path(warehouse).absolute()
-        self.path = self.warehouse / CATALOG_NAME
+    def __init__(self, warehouse: Warehouse):
+        self.wh = warehouse
+        self.path = warehouse.catalog_path
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -172,46 +161,26 @@ class Catalog:
     def connect_readonly(self) -> duckdb.DuckDBPyConnection:
         if not self.path.exists():
             raise WarehouseError(
-                f"no tracedb warehouse at {self.warehouse} (run `tracedb ingest` first, "
+                f"no tracedb warehouse at {self.wh} (run `tracedb ingest` first, "
                 "or point --warehouse / TRACEDB_WAREHOUSE at one)"
             )
         return duckdb.connect(str(self.path), read_only=True)
 
     @contextmanager
-    def lock(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Exclusive writer lock; waits (telling on_wait) while another
-        ingest holds it."""
-        try:
-            self.warehouse.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.warehouse / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if on_wait:
-                    on_wait(f"waiting for another tracedb writer on {self.warehouse} to finish")
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    @contextmanager
     def writing(self, on_wait: Callable[[str], None] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-write connection to a private copy of the catalog, swapped
         in atomically when the block ends without error."""
-        with self.lock(on_wait):
+        with self.wh.catalog_lock(on_wait):
             # Copies exist only under this lock: any found now are a killed writer's.
-            for stale in self.warehouse.glob(f".{CATALOG_NAME}.*.tmp*"):
+            for stale in self.wh.catalog_copies():
                 stale.unlink(missing_ok=True)
-            tmp = self.warehouse / f".{CATALOG_NAME}.{os.getpid()}.tmp"
+            tmp = self.wh.catalog_copy()
             try:
                 if self.path.exists():
                     shutil.copyfile(self.path, tmp)
             except OSError as e:
                 tmp.unlink(missing_ok=True)
-                raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e.strerror or e}") from None
+                raise WarehouseError(f"{self.wh}: cannot write the warehouse: {e.strerror or e}") from None
             try:
                 con = duckdb.connect(str(tmp))
             except duckdb.Error as e:
@@ -233,30 +202,28 @@ class Catalog:
                 tmp.unlink(missing_ok=True)
                 Path(str(tmp) + ".wal").unlink(missing_ok=True)
                 if isinstance(e, (duckdb.IOException, OSError)):  # e.g. the disk is full
-                    raise WarehouseError(f"{self.warehouse}: cannot write the catalog: "
+                    raise WarehouseError(f"{self.wh}: cannot write the catalog: "
                                          f"{getattr(e, 'strerror', None) or str(e).splitlines()[0]}") from None
                 raise
 
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:
         from . import tags
         from .schema import SCHEMAS
-        from .views import (
-            COMM_PATTERNS_CSV, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql,
-        )
+        from .views import apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql
 
         con.execute(
-            "INSERT OR REPLACE INTO catalog_info VALUES ('warehouse', ?)", [str(self.warehouse)]
+            "INSERT OR REPLACE INTO catalog_info VALUES ('warehouse', ?)", [str(self.wh)]
         )
         rows = con.execute(
             "SELECT files FROM traces WHERE status = 'ok' ORDER BY run, rank, phase, file_id"
         ).fetchall()
         files: dict[str, list[str]] = {t: [] for t in SCHEMAS}
         for (raw,) in rows:
-            for table, rel in json.loads(raw or "{}").items():
+            for table, key in json.loads(raw or "{}").items():
                 if table in files:
-                    files[table].append(str(self.warehouse / rel))
-        load_comm_patterns(con, self.warehouse / COMM_PATTERNS_CSV)
-        tags.bind(con, self.warehouse)
+                    files[table].append(self.wh.location(key))
+        load_comm_patterns(con, self.wh.comm_patterns)
+        tags.bind(con, self.wh)
         common = {k: RAW_COLUMN_DOCS[k] for k in COMMON_COLUMNS}
         defs = load_view_files(resource_dir("queries"))
         # The library's views are SQL text bound at query time: re-applying
@@ -276,11 +243,11 @@ class Catalog:
             con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('views_fingerprint', ?)", [fingerprint])
         for table, paths in files.items():
             con.execute(raw_view_sql(table, paths))
-            con.execute(f"COMMENT ON VIEW {table} IS {_quote(RAW_DOCS[table])}")
+            con.execute(f"COMMENT ON VIEW {table} IS {sql_literal(RAW_DOCS[table])}")
             for col, _typ in raw_columns(table):
                 doc = RAW_COLUMN_DOCS.get(col)
                 if doc:
-                    con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
+                    con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {sql_literal(doc)}')
         self._bind_summaries(con, defs)
 
     def _bind_summaries(self, con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
@@ -289,7 +256,7 @@ class Catalog:
         from . import summaries
 
         views = summaries.per_trace(defs)
-        current = summaries.fingerprint(defs, self.warehouse)
+        current = summaries.fingerprint(defs, self.wh)
         rows = con.execute(
             "SELECT summaries, summaries_fingerprint FROM traces WHERE status = 'ok' "
             "ORDER BY run, rank, phase, file_id"
@@ -302,7 +269,7 @@ class Catalog:
                 stale += 1
                 continue
             for v in views:
-                files[v.name].append(str(self.warehouse / listed[v.name]))
+                files[v.name].append(self.wh.location(listed[v.name]))
         con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('stale_summaries', ?)", [str(stale)])
         for v in views:
             cols = con.execute(
@@ -311,15 +278,15 @@ class Catalog:
             ).fetchall()
             if rows and not stale:
                 select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
-                file_list = ", ".join(_quote(f) for f in files[v.name])
+                file_list = ", ".join(sql_literal(f) for f in files[v.name])
                 con.execute(f"CREATE OR REPLACE VIEW {v.name} AS SELECT {select} "
                             f"FROM read_parquet([{file_list}], hive_partitioning = false)")
             else:
                 con.execute(v.sql)
-            con.execute(f"COMMENT ON VIEW {v.name} IS {_quote(v.description)}")
+            con.execute(f"COMMENT ON VIEW {v.name} IS {sql_literal(v.description)}")
             for c, _t, doc in cols:
                 if doc:
-                    con.execute(f'COMMENT ON COLUMN {v.name}."{c}" IS {_quote(doc)}')
+                    con.execute(f'COMMENT ON COLUMN {v.name}."{c}" IS {sql_literal(doc)}')
 
     @staticmethod
     def stale_summaries(con: duckdb.DuckDBPyConnection) -> int:
@@ -332,25 +299,24 @@ class Catalog:
         """Recompute the stale summaries from the events (``tracedb
         migrate``); returns how many traces were done."""
         from . import summaries
-        from .store import STAGING
         from .views import load_view_files
 
         defs = load_view_files(resource_dir("queries"))
-        current = summaries.fingerprint(defs, self.warehouse)
-        spill = self.warehouse / STAGING / f"summaries.spill.{os.getpid()}"
-        with self.writing(on_wait) as con, summaries.Summarizer(self.warehouse, defs, spill) as summarizer:
+        current = summaries.fingerprint(defs, self.wh)
+        spill = self.wh.staging_path(f"summaries.spill.{os.getpid()}")
+        with self.writing(on_wait) as con, summaries.Summarizer(self.wh, defs, spill) as summarizer:
             rows = con.execute(
                 "SELECT file_id, run, rank, phase, files, distributed_info, source_path FROM traces "
                 "WHERE status = 'ok' AND summaries_fingerprint IS DISTINCT FROM ?", [current]
             ).fetchall()
             for file_id, run, rank, phase, listed, info, source in rows:
-                tables = {t: self.warehouse / rel for t, rel in json.loads(listed or "{}").items()}
-                work = self.warehouse / STAGING / f"summaries.{file_id}.{os.getpid()}"
+                tables = {t: Path(self.wh.location(key)) for t, key in json.loads(listed or "{}").items()}
+                work = self.wh.staging_path(f"summaries.{file_id}.{os.getpid()}")
                 try:
                     work.mkdir(parents=True, exist_ok=True)
                     made = summarizer.compute(tables, work, file_id=file_id, run=run, rank=rank, phase=phase,
                                               distributed_info=info)
-                    done = summaries.publish(self.warehouse, made, run, rank, phase, file_id)
+                    done = summaries.publish(self.wh, made, run, rank, phase, file_id)
                 except (duckdb.Error, OSError) as e:
                     why = getattr(e, "strerror", None) or str(e).splitlines()[0]
                     raise WarehouseError(f"{source}: cannot summarize trace {file_id}: {why}") from None

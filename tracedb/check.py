@@ -8,8 +8,8 @@ Checks, with no ingest running (the ingest lock is held exclusively):
 - every registered trace's files (and summaries) exist and hold its row counts
   (``event_count``, ``flow_count``, ``counter_count``; read from the Parquet
   footers, so the check is cheap);
-- nothing is left in ``.staging`` and no temporary catalog copy
-  (``.tracedb.duckdb.*.tmp``) lies around.
+- nothing is left in the staging area and no temporary catalog copy lies
+  around (the names are the warehouse's: warehouse.py).
 
 Repair removes orphans and leftovers, never registered data; a registered
 trace whose files are missing or wrong loses its row in ``traces`` (and its
@@ -20,6 +20,7 @@ per-trace summary (summaries.py) is recomputed from the trace's events.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +29,9 @@ from typing import Callable
 import duckdb
 import pyarrow.parquet as pq
 
-from . import locks
-from .catalog import CATALOG_NAME, LOCK_NAME, Catalog
+from .catalog import Catalog
 from .errors import WarehouseError
-from .remove import remove_empty_partitions, unregister
-from .schema import TABLES
-from .store import STAGING
-from .summaries import SUMMARY_DIR
+from .warehouse import PARQUET, Warehouse
 
 COUNT_COLUMNS = {"events": "event_count", "flows": "flow_count", "counters": "counter_count"}
 
@@ -49,6 +46,7 @@ class Problem:
     detail: str
     file_id: str | None = None  # a registered trace that is broken (repair unregisters it)
     summary_of: str | None = None  # a trace whose summaries to recompute (missing_summary)
+    key: str | None = None  # the stored file (orphan_file), for repair to remove
     repaired: str | None = None  # what --repair did about it
 
     def __str__(self) -> str:
@@ -92,110 +90,102 @@ def _registered(catalog: Catalog) -> list[tuple]:
         con.close()
 
 
-def _check_trace(warehouse: Path, row: tuple, problems: list[Problem]) -> set[Path]:
-    """The trace's files (as listed); its problems appended."""
+def _check_trace(wh: Warehouse, row: tuple, problems: list[Problem]) -> set[str]:
+    """The keys of the trace's files (as listed); its problems appended."""
     file_id, source, files_json, summaries_json, *counts = row
     listed = json.loads(files_json or "{}")
-    paths = set()
-    for view, rel in json.loads(summaries_json or "{}").items():
-        path = warehouse / rel
-        paths.add(path)
-        if not path.is_file():
-            problems.append(Problem("missing_summary", str(path), f"summary {view} of {source} is missing",
+    keys = set()
+    for view, key in json.loads(summaries_json or "{}").items():
+        keys.add(key)
+        if not wh.storage.exists(key):
+            problems.append(Problem("missing_summary", wh.location(key), f"summary {view} of {source} is missing",
                                     summary_of=file_id))
     for table, column in COUNT_COLUMNS.items():
         expected = counts[list(COUNT_COLUMNS).index(table)] or 0
-        rel = listed.get(table)
-        if rel is None:
+        key = listed.get(table)
+        if key is None:
             if expected:
                 problems.append(Problem("missing_file", source, f"{table}: {expected} row(s) "
                                         "registered but no file listed", file_id))
             continue
-        path = warehouse / rel
-        paths.add(path)
-        if not path.is_file():
-            problems.append(Problem("missing_file", str(path), f"{table} of {source} is missing", file_id))
+        keys.add(key)
+        path = wh.location(key)
+        if not wh.storage.exists(key):
+            problems.append(Problem("missing_file", path, f"{table} of {source} is missing", file_id))
             continue
         try:
-            rows = pq.ParquetFile(path).metadata.num_rows
+            with wh.storage.open(key) as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
         except Exception as e:  # noqa: BLE001 - any unreadable footer is the finding
-            problems.append(Problem("unreadable_file", str(path),
+            problems.append(Problem("unreadable_file", path,
                                     f"{table} of {source}: {str(e).splitlines()[0]}", file_id))
             continue
         if rows != expected:
-            problems.append(Problem("row_count", str(path),
+            problems.append(Problem("row_count", path,
                                     f"{table} of {source} holds {rows} row(s), {expected} registered",
                                     file_id))
-    return paths
+    return keys
 
 
-def check(warehouse: str | Path, repair: bool = False,
+def check(warehouse: Warehouse | str | os.PathLike, repair: bool = False,
           on_wait: Callable[[str], None] | None = None) -> CheckReport:
     """Check the warehouse (and repair it when asked); never raises for what
     it finds, only when the warehouse cannot be read at all."""
-    warehouse = Path(warehouse).absolute()
-    catalog = Catalog(warehouse)
-    marks = (CATALOG_NAME, *TABLES, SUMMARY_DIR, STAGING, LOCK_NAME, locks.INGEST_LOCK_NAME)
-    if not warehouse.is_dir() or not any((warehouse / m).exists() for m in marks):
-        raise WarehouseError(f"no tracedb warehouse at {warehouse}")
-    report = CheckReport(str(warehouse))
-    with locks.exclusive(warehouse, on_wait):
-        rows = _registered(catalog)
+    wh = Warehouse.of(warehouse)
+    if not wh.is_warehouse():
+        raise WarehouseError(f"no tracedb warehouse at {wh}")
+    report = CheckReport(str(wh))
+    with wh.exclusive(on_wait):
+        rows = _registered(wh.catalog)
         report.trace_count = len(rows)
         problems: list[Problem] = []
-        listed: set[Path] = set()
+        listed: set[str] = set()
         for row in rows:
-            listed |= _check_trace(warehouse, row, problems)
-        for table in (*TABLES, SUMMARY_DIR):
-            root = warehouse / table
-            for path in sorted(root.rglob("*")) if root.is_dir() else ():
-                if path.is_dir():
-                    continue
-                report.file_count += path.suffix == ".parquet"
-                if path not in listed:
-                    problems.append(Problem("orphan_file", str(path),
-                                            "not part of any registered trace (left by an interrupted ingest)"))
-        staging = warehouse / STAGING
-        for path in sorted(staging.iterdir()) if staging.is_dir() else ():
+            listed |= _check_trace(wh, row, problems)
+        for key in wh.data_keys():
+            report.file_count += key.endswith(PARQUET)
+            if key not in listed:
+                problems.append(Problem("orphan_file", wh.location(key),
+                                        "not part of any registered trace (left by an interrupted ingest)", key=key))
+        for path in sorted(wh.staging.iterdir()) if wh.staging.is_dir() else ():
             problems.append(Problem("staging_leftover", str(path), "left by an interrupted ingest"))
-        for path in sorted(warehouse.glob(f".{CATALOG_NAME}.*.tmp*")):
+        for path in wh.catalog_copies():
             problems.append(Problem("temp_catalog", str(path), "catalog copy left by an interrupted writer"))
         report.problems = problems
         if repair and problems:
             try:
-                _repair(warehouse, catalog, problems, on_wait)
+                _repair(wh, problems, on_wait)
             except OSError as e:  # e.g. a read-only file system
-                raise WarehouseError(f"{warehouse}: cannot repair: {e.strerror or e}") from None
+                raise WarehouseError(f"{wh}: cannot repair: {e.strerror or e}") from None
     return report
 
 
-def _repair(warehouse: Path, catalog: Catalog, problems: list[Problem],
-            on_wait: Callable[[str], None] | None) -> None:
+def _repair(wh: Warehouse, problems: list[Problem], on_wait: Callable[[str], None] | None) -> None:
     temps = [p for p in problems if p.kind == "temp_catalog"]
     if temps:
-        with catalog.lock(on_wait):  # no writer has a copy in flight
+        with wh.catalog_lock(on_wait):  # no writer has a copy in flight
             for p in temps:
                 Path(p.path).unlink(missing_ok=True)
                 p.repaired = "removed"
     # Broken traces leave the live catalog first; their files go with them.
-    unregister(warehouse, sorted({p.file_id for p in problems if p.file_id}), on_wait)
+    wh.unregister(sorted({p.file_id for p in problems if p.file_id}), on_wait)
     # A lost summary is derived data: made again from the trace's events.
     resummarize = sorted({p.summary_of for p in problems if p.summary_of})
     if resummarize:
-        with catalog.writing(on_wait) as con:
+        with wh.catalog.writing(on_wait) as con:
             con.execute("UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)",
                         [resummarize])
-        catalog.refresh_summaries(on_wait)
+        wh.catalog.refresh_summaries(on_wait)
     for p in problems:
         if p.file_id:
             p.repaired = "trace unregistered: ingest its file again to redo it"
         elif p.summary_of:
             p.repaired = "recomputed from the events"
         elif p.kind == "orphan_file":
-            Path(p.path).unlink(missing_ok=True)
+            wh.storage.remove(p.key)
             p.repaired = "removed"
         elif p.kind == "staging_leftover":
             path = Path(p.path)
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
             p.repaired = "removed"
-    remove_empty_partitions(warehouse)
+    wh.prune()

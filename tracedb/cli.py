@@ -15,10 +15,11 @@ from pathlib import Path
 import click
 import duckdb
 
-from . import __version__
 from .api import TraceDB
 from .errors import TracedbError
 from .output import FORMATS, write
+from .version import __version__
+from .warehouse import DEFAULT_WAREHOUSE, WAREHOUSE_ENV
 
 
 def _err(msg: str) -> None:
@@ -50,6 +51,20 @@ def _tags(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
     return tags
 
 
+def _set_warehouse(ctx: click.Context, param, value: str | None) -> None:
+    """``-w`` after the command: it wins over one before it and the environment."""
+    if value is not None:
+        ctx.obj["warehouse"] = value
+
+
+def _warehouse_option(command):
+    """``-w/--warehouse``, accepted after the command too (``tracedb query
+    hotspots -w wh``): every command that opens the warehouse takes it."""
+    return click.option("--warehouse", "-w", type=click.Path(file_okay=False), default=None, expose_value=False,
+                        callback=_set_warehouse,
+                        help="Warehouse folder, as `tracedb -w DIR COMMAND` takes it (given here, it wins).")(command)
+
+
 class _Errors(click.Group):
     """Turn the library's typed errors into one `Error: ...` line, exit 1."""
 
@@ -61,9 +76,9 @@ class _Errors(click.Group):
 
 
 @click.group(cls=_Errors)
-@click.option("--warehouse", "-w", type=click.Path(file_okay=False), envvar="TRACEDB_WAREHOUSE",
-              default="tracedb", show_default=True,
-              help="Warehouse folder (or set TRACEDB_WAREHOUSE).")
+@click.option("--warehouse", "-w", type=click.Path(file_okay=False), envvar=WAREHOUSE_ENV,
+              default=DEFAULT_WAREHOUSE, show_default=True,
+              help=f"Warehouse folder (or set {WAREHOUSE_ENV}); also accepted after the command.")
 @click.version_option(__version__, prog_name="tracedb")
 @click.pass_context
 def main(ctx: click.Context, warehouse: str) -> None:
@@ -73,6 +88,7 @@ def main(ctx: click.Context, warehouse: str) -> None:
     Example:
       tracedb -w wh ingest runs/
       tracedb -w wh query hotspots --run v2 --limit 10
+      tracedb query hotspots --run v2 -w wh     # -w after the command too
     """
     ctx.obj = {"warehouse": warehouse}
 
@@ -87,6 +103,7 @@ def main(ctx: click.Context, warehouse: str) -> None:
 @click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
               help="Configuration tag for every run ingested (repeatable); adds to a run.json beside the traces.")
 @click.option("--dry-run", is_flag=True, help="Show the run/rank/phase mapping and stop.")
+@_warehouse_option
 @click.pass_context
 def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
     """Ingest trace files and folders (*.json, *.json.gz) into the warehouse.
@@ -165,6 +182,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
 @click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@_warehouse_option
 @click.pass_context
 def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, output):
     """Run a view of the library (see `tracedb views`).
@@ -187,6 +205,7 @@ def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, outpu
 @click.argument("statement")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@_warehouse_option
 @click.pass_context
 def sql(ctx, statement, fmt, output):
     """Run read-only SQL over the catalog.
@@ -208,6 +227,7 @@ def sql(ctx, statement, fmt, output):
 @main.command()
 @click.argument("name", required=False)
 @click.option("--all", "show_all", is_flag=True, help="Include staging and intermediate views.")
+@_warehouse_option
 @click.pass_context
 def views(ctx, name, show_all):
     """List the views with what they answer, or one view's columns.
@@ -243,6 +263,7 @@ def views(ctx, name, show_all):
 
 @main.command()
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@_warehouse_option
 @click.pass_context
 def runs(ctx, fmt):
     """What is in the warehouse: runs, phases, ranks, files, events, tags.
@@ -257,6 +278,7 @@ def runs(ctx, fmt):
 @main.command()
 @click.option("--repair", is_flag=True,
               help="Remove orphan files and leftovers; unregister broken traces so that the next ingest redoes them.")
+@_warehouse_option
 @click.pass_context
 def check(ctx, repair):
     """Verify the warehouse: every Parquet file belongs to a registered trace,
@@ -282,6 +304,7 @@ def check(ctx, repair):
 @click.option("--run", required=True, help="The run to remove.")
 @click.option("--rank", type=int, help="Only this rank of the run.")
 @click.option("--phase", help="Only this phase of the run.")
+@_warehouse_option
 @click.pass_context
 def remove(ctx, run, rank, phase):
     """Remove a run's traces (or one rank or phase of it) from the warehouse:
@@ -297,6 +320,7 @@ def remove(ctx, run, rank, phase):
 
 
 @main.command()
+@_warehouse_option
 @click.pass_context
 def migrate(ctx):
     """Apply pending catalog migrations, re-create every view, and recompute
@@ -335,6 +359,7 @@ def migrate(ctx):
               help="DuckDB's memory limit; the process may use 512 MiB more, then statements fail.")
 @click.option("--threads", default=2, show_default=True, type=click.IntRange(min=1),
               help="DuckDB threads for the server.")
+@_warehouse_option
 @click.pass_context
 def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_statement_kb, max_connections,
           auth_timeout, idle_timeout, memory_limit, threads):
@@ -376,6 +401,7 @@ def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_state
 @click.option("--phase", help="Only this phase.")
 @click.option("--output", "-o", default="report.html", show_default=True, type=click.Path(dir_okay=False),
               help="The HTML file to write.")
+@_warehouse_option
 @click.pass_context
 def report(ctx, runs, base, phase, output):
     """Write one self-contained HTML page of charts over the marts: runs,
@@ -403,6 +429,7 @@ def report(ctx, runs, base, phase, output):
 @click.option("--compare", help="Base run whose same step is put beside it (separate processes, aligned).")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="The JSON file to write (.json or .json.gz).")
+@_warehouse_option
 @click.pass_context
 def export(ctx, run, rank, phase, step, start_ns, end_ns, compare, output):
     """Write a window of one rank's trace as Chrome-trace JSON that Perfetto

@@ -30,15 +30,16 @@ from typing import Callable, Iterator
 import duckdb
 import pyarrow as pa
 
-from . import __version__, locks, summaries
-from .catalog import Catalog, resource_dir, trace_files
+from . import summaries
+from .catalog import Catalog, resource_dir
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
 from .chunked import NotSplittable, Piece, SplitParser, parse_piece
 from .parse import TraceMeta, TraceParser, _as_text
-from .schema import TABLES
-from .store import STAGING, TraceWriter, cannot_write, write_part
+from .store import TraceWriter, cannot_write, write_part
+from .version import __version__
 from .views import load_view_files
+from .warehouse import TABLES, Warehouse
 
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
@@ -171,7 +172,7 @@ def _workers_worthy(tf: TraceFile) -> bool:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
-def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Path):
+def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Warehouse):
     """In a worker: parse one piece, stage its rows as parts."""
     res = parse_piece(piece.received(path), path)
     parts = []
@@ -268,7 +269,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
     return sp.meta
 
 
-def stage(path: Path, warehouse: Path, workers: int,
+def stage(path: Path, warehouse: Warehouse, workers: int,
           stop: Callable[[], bool] = _never) -> tuple[TraceMeta, TraceWriter]:
     """Parse a trace into a new writer's staging folder: the split fast path
     (``workers`` processes), or when it declines, the streaming parser.
@@ -298,7 +299,7 @@ _Staged = tuple[TraceMeta, TraceWriter] | Exception | None
 _FILE_ERRORS = (TraceFormatError, duckdb.Error, pa.ArrowException)
 
 
-def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_ids: frozenset[str],
+def _stage_while_hashing(tf: TraceFile, warehouse: Warehouse, hashed: Future, known_ids: frozenset[str],
                          workers: int) -> _Staged:
     """stage()'s outcome: its result, the error it raised on the file (for
     the caller to raise once the hash is in), or None when the hash says
@@ -329,17 +330,16 @@ def _stage_while_hashing(tf: TraceFile, warehouse: Path, hashed: Future, known_i
     return staged
 
 
-def new_summarizer(warehouse: Path, threads: int) -> summaries.Summarizer:
+def new_summarizer(warehouse: Warehouse, threads: int) -> summaries.Summarizer:
     """The summaries of one ingest (process): the library bound once."""
     return summaries.Summarizer(warehouse, load_view_files(resource_dir("queries")),
-                                warehouse / STAGING / f"summaries.{uuid.uuid4().hex[:8]}", threads=threads)
+                                warehouse.staging_path(f"summaries.{uuid.uuid4().hex[:8]}"), threads=threads)
 
 
-def ingest_file(warehouse: str | Path, tf: TraceFile, summarizer: summaries.Summarizer,
+def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summarizer,
                 known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1) -> FileResult:
     """Parse, write and publish one file (not yet registered in the catalog).
     A large file is parsed by ``workers`` processes while it is hashed."""
-    warehouse = Path(warehouse)
     t0 = time.perf_counter()
     result = FileResult(path=str(tf.path), run=tf.run, rank=tf.rank, phase=tf.phase,
                         status="failed", bytes=tf.size_bytes)
@@ -375,8 +375,8 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, summarizer: summaries.Summ
         try:
             summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, file_id)
         except OSError as e:
-            for rel in files.values():
-                (warehouse / rel).unlink(missing_ok=True)
+            for key in files.values():
+                warehouse.storage.remove(key)
             raise cannot_write(warehouse, e) from None
     except _FILE_ERRORS as e:
         result.error = str(e) if isinstance(e, TraceFormatError) else (
@@ -401,106 +401,35 @@ def ingest_file(warehouse: str | Path, tf: TraceFile, summarizer: summaries.Summ
 _worker_summarizer: summaries.Summarizer | None = None
 
 
-def _ingest_in_worker(warehouse: str, tf: TraceFile, known_ids: frozenset[str]) -> FileResult:
+def _ingest_in_worker(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str]) -> FileResult:
     """``ingest_file`` in a ``--jobs`` worker process, with one summarizer
     for the traces it ingests, closed (its spill folder removed) as the
     process exits."""
     global _worker_summarizer
     if _worker_summarizer is None:
-        _worker_summarizer = new_summarizer(Path(warehouse), threads=1)
+        _worker_summarizer = new_summarizer(warehouse, threads=1)
         multiprocessing.util.Finalize(None, _worker_summarizer.close, exitpriority=10)
     return ingest_file(warehouse, tf, _worker_summarizer, known_ids)
 
 
-def _known(catalog: Catalog) -> tuple[frozenset[str], dict[tuple, str]]:
-    """Ingested file ids, and (path, size, mtime) -> file_id of ingested files."""
-    if not catalog.exists():
-        return frozenset(), {}
-    con = catalog.connect_readonly()
-    try:
-        rows = con.execute(
-            "SELECT file_id, source_path, source_bytes, source_mtime_ns FROM traces WHERE status = 'ok'"
-        ).fetchall()
-    except duckdb.CatalogException:
-        return frozenset(), {}
-    finally:
-        con.close()
-    return frozenset(r[0] for r in rows), {(r[1], r[2], r[3]): r[0] for r in rows}
-
-
-
-def register(catalog: Catalog, results: list[FileResult],
-             on_wait: Callable[[str], None] | None = None) -> None:
-    """Record results in the catalog in one atomic swap. When the swap fails
-    (a full disk), the group's published files go: none stays unregistered."""
-    try:
-        _register(catalog, results, on_wait)
-    except WarehouseError:
-        registered, _ = _known(catalog)
-        for r in results:
-            if r.status == "ok" and r.file_id not in registered:
-                for rel in trace_files((r.row or {}).get("files"), (r.row or {}).get("summaries")):
-                    (catalog.warehouse / rel).unlink(missing_ok=True)
-        raise
-
-
-def _register(catalog: Catalog, results: list[FileResult],
-              on_wait: Callable[[str], None] | None = None) -> None:
-    rows = [r.row for r in results if r.row is not None]
-    if not rows:
-        return
-    redundant: list[str] = []
-    with catalog.writing(on_wait) as con:
-        cols = [c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'traces' ORDER BY column_index"
-        ).fetchall()]
-        placeholders = ", ".join("?" for _ in cols)
-        for row in rows:
-            if row["status"] == "ok":
-                kept = con.execute(
-                    "SELECT files, summaries FROM traces WHERE file_id = ? AND status = 'ok'", [row["file_id"]]
-                ).fetchall()
-                if kept:  # the same content is registered: a copy of the file, or a concurrent ingest
-                    keep = set(trace_files(*kept[0]))
-                    redundant += [rel for rel in trace_files(row.get("files"), row.get("summaries"))
-                                  if rel not in keep]
-                    continue
-            # A file that failed before and ingests (or fails) now replaces its old row.
-            con.execute(
-                "DELETE FROM traces WHERE source_path = ? AND status = 'failed'", [row["source_path"]]
-            )
-            con.execute(
-                f"INSERT INTO traces ({', '.join(cols)}) VALUES ({placeholders})",
-                [row.get(c) for c in cols],
-            )
-    # A copy published under another run/rank/phase than the registered one
-    # would be an orphan: it goes once the catalog no longer could list it.
-    for rel in redundant:
-        (catalog.warehouse / rel).unlink(missing_ok=True)
-
-
-def run_ingest(warehouse: Path, files: list[TraceFile], jobs: int = 1,
+def run_ingest(warehouse: Warehouse | str | os.PathLike, files: list[TraceFile], jobs: int = 1,
                on_result: Callable[[FileResult], None] | None = None,
                on_wait: Callable[[str], None] | None = None) -> IngestReport:
     """Ingest ``files`` into the warehouse; returns what happened to each."""
     t0 = time.perf_counter()
-    catalog = Catalog(warehouse)
-    try:
-        warehouse.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise WarehouseError(f"{warehouse}: cannot create the warehouse: {e.strerror or e}") from None
-    if not os.access(warehouse, os.W_OK):
-        raise WarehouseError(f"{warehouse}: the warehouse is not writable")
+    wh = Warehouse.of(warehouse)
+    wh.create()
     # Shared with other ingests, exclusive against `tracedb check`; when no
-    # other ingest runs, what killed ones left in .staging goes first.
-    with locks.ingesting(warehouse, on_wait):
-        return _ingest_files(warehouse, catalog, files, jobs, on_result, on_wait, t0)
+    # other ingest runs, what killed ones left in staging goes first.
+    with wh.ingesting(on_wait):
+        return _ingest_files(wh, files, jobs, on_result, on_wait, t0)
 
 
-def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], jobs: int,
+def _ingest_files(warehouse: Warehouse, files: list[TraceFile], jobs: int,
                   on_result: Callable[[FileResult], None] | None,
                   on_wait: Callable[[str], None] | None, t0: float) -> IngestReport:
-    known_ids, known_paths = _known(catalog)
+    catalog = warehouse.catalog
+    known_ids, known_paths = warehouse.known()
     report = IngestReport()
     pending: list[TraceFile] = []
     for tf in files:
@@ -524,7 +453,7 @@ def _ingest_files(warehouse: Path, catalog: Catalog, files: list[TraceFile], job
         early = bool(pending) and not catalog.exists() and (
             in_workers or sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES)
         first = thread.submit(_empty_commit, catalog, on_wait) if early else None
-        _ingest_pending(warehouse, catalog, pending, jobs, known_ids, report, first, on_result, on_wait)
+        _ingest_pending(warehouse, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -538,7 +467,7 @@ def _empty_commit(catalog: Catalog, on_wait: Callable[[str], None] | None) -> No
         pass  # the traces' commit meets the same and says it
 
 
-def _ingest_pending(warehouse: Path, catalog: Catalog, pending: list[TraceFile], jobs: int,
+def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
                     known_ids: frozenset[str], report: IngestReport, first: Future | None,
                     on_result: Callable[[FileResult], None] | None,
                     on_wait: Callable[[str], None] | None) -> None:
@@ -548,7 +477,7 @@ def _ingest_pending(warehouse: Path, catalog: Catalog, pending: list[TraceFile],
     def commit() -> None:
         if first is not None:
             first.result()
-        register(catalog, uncommitted, on_wait)
+        warehouse.register([r.row for r in uncommitted], on_wait)
         uncommitted.clear()
 
     def done(r: FileResult) -> None:
@@ -577,7 +506,7 @@ def _ingest_pending(warehouse: Path, catalog: Catalog, pending: list[TraceFile],
                 # The largest first: a large trace last would be left to
                 # one core at the end, the others idle.
                 largest_first = sorted(pending, key=_json_bytes, reverse=True)
-                futures = {pool.submit(_ingest_in_worker, str(warehouse), tf, known_ids) for tf in largest_first}
+                futures = {pool.submit(_ingest_in_worker, warehouse, tf, known_ids) for tf in largest_first}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:

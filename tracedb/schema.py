@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from .warehouse import TABLES
+
 # Args keys pulled into typed columns: args key -> (column, arrow type).
 ARG_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "correlation": ("correlation", pa.int64()),
@@ -81,10 +83,5 @@ COUNTER_SCHEMA = pa.schema([
     pa.field("value", pa.float64()),
 ])
 
-SCHEMAS: dict[str, pa.Schema] = {
-    "events": EVENT_SCHEMA,
-    "flows": FLOW_SCHEMA,
-    "counters": COUNTER_SCHEMA,
-}
-
-TABLES = tuple(SCHEMAS)
+# The tables, by their names in the warehouse layout (events, flows, counters).
+SCHEMAS: dict[str, pa.Schema] = dict(zip(TABLES, (EVENT_SCHEMA, FLOW_SCHEMA, COUNTER_SCHEMA), strict=True))

@@ -1,10 +1,11 @@
 """Write one trace's record batches to Parquet and publish them atomically.
 
-Layout (the contract BI users see)::
+Each table's rows of a trace are published at ``Warehouse.data_key`` (the
+layout, warehouse.py, is the contract BI users see)::
 
     <warehouse>/<table>/run=<run>/rank=<rank>/phase=<phase>/<file_id>.parquet
 
-Batches stream into a private staging folder (``<warehouse>/.staging/``):
+Batches stream into a private folder of the warehouse's staging area:
 one Parquet file from the streaming parser, or one Arrow IPC file per piece
 from the split path (chunked.py), which finalize reads at a quarter of
 Parquet's cost.
@@ -14,7 +15,8 @@ the staged rows, in event_id order: it adds ``file_id``, shifts times by
 ``self_ns`` (the children's time comes from DuckDB's external sort, or for a
 small trace from Arrow's in memory, summed and sorted by parent, and is
 matched to the rows as both go by: no join, no sort of the whole table).
-``publish`` moves the final files into their partitions with ``os.replace``.
+``publish`` puts the final files into their partitions, atomically, through
+the warehouse's storage.
 A file in a partition is visible to queries only once the catalog lists it
 (see catalog.py), so a crash at any point leaves nothing half-visible.
 """
@@ -26,7 +28,7 @@ import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 import numpy as np
@@ -36,9 +38,13 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .errors import WarehouseError
-from .schema import SCHEMAS, TABLES
+from .schema import SCHEMAS
+from .sqltext import sql_list, sql_literal
+from .warehouse import TABLES
 
-STAGING = ".staging"
+if TYPE_CHECKING:
+    from .warehouse import Warehouse
+
 FINALIZE_MEMORY = "256MB"
 # Up to this many staged bytes (about 300 MB of JSON as pieces; the streaming
 # parser's Parquet is denser, about 450 MB), a trace's slices are sorted for
@@ -47,18 +53,6 @@ FINALIZE_MEMORY = "256MB"
 # DuckDB's 0.39 (one thread), at a lower peak; a 1 GiB trace's in 1.65-1.84 s
 # at 665 MiB against 1.45-1.57 s at 439 (two threads).
 IN_MEMORY_STAGED_BYTES = 48 << 20
-
-
-def partition_dir(warehouse: Path, table: str, run: str, rank: int, phase: str) -> Path:
-    return warehouse / table / f"run={run}" / f"rank={rank}" / f"phase={phase}"
-
-
-def data_path(warehouse: Path, table: str, run: str, rank: int, phase: str, file_id: str) -> Path:
-    return partition_dir(warehouse, table, run, rank, phase) / f"{file_id}.parquet"
-
-
-def _sql_str(s: str | Path) -> str:
-    return "'" + str(s).replace("'", "''") + "'"
 
 
 # Self time of every slice: its duration less the durations of its direct
@@ -241,16 +235,12 @@ def _encodings(schema: pa.Schema) -> dict:
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in ints})
 
 
-def _sql_list(paths: list[Path]) -> str:
-    return "[" + ", ".join(_sql_str(p) for p in paths) + "]"
-
-
 def _slices_source(con: duckdb.DuckDBPyConnection, sources: list[Path]) -> str:
     """What _SLICES_SQL reads: the streaming parser's Parquet, or the
     pieces' IPC files as a stream of their slice columns, read a piece at
     a time (DuckDB reads no IPC files of its own)."""
     if all(p.suffix == ".parquet" for p in sources):
-        return f"read_parquet({_sql_list(sources)})"
+        return f"read_parquet({sql_list(sources)})"
     schema = SCHEMAS["events"]
     batches = (b for p in sources for b in _read_staged(p, _SLICE_COLUMNS).to_batches())
     con.register("staged_slices", pa.RecordBatchReader.from_batches(
@@ -342,7 +332,7 @@ def _row_groups(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.Tab
         yield pa.Table.from_batches(held)
 
 
-def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
+def cannot_write(warehouse: Warehouse | Path, e: OSError) -> WarehouseError:
     """One line: pyarrow's messages are long, its errno is the point."""
     why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
     return WarehouseError(f"{warehouse}: cannot write the warehouse: {why}")
@@ -351,12 +341,12 @@ def cannot_write(warehouse: Path, e: OSError) -> WarehouseError:
 class TraceWriter:
     """Stage, finalize and publish the Parquet files of one trace."""
 
-    def __init__(self, warehouse: Path):
+    def __init__(self, warehouse: Warehouse):
         self.warehouse = warehouse
         # The content hash: set by the caller before finalize (ingest parses
         # a large trace while it is hashed).
         self.file_id: str | None = None
-        self.dir = warehouse / STAGING / f"trace.{uuid.uuid4().hex[:8]}"
+        self.dir = warehouse.staging_path(f"trace.{uuid.uuid4().hex[:8]}")
         try:
             self.dir.mkdir(parents=True)
         except OSError as e:
@@ -455,8 +445,8 @@ class TraceWriter:
             _child_pairs(con, _slices_source(con, sources), self.dir / "child_pairs.parquet")
             con.execute(
                 f"COPY (SELECT parent_id, CAST(sum(dur_ns) AS BIGINT) AS child_ns "
-                f"FROM read_parquet({_sql_str(self.dir / 'child_pairs.parquet')}) "
-                f"GROUP BY parent_id ORDER BY parent_id) TO {_sql_str(path)} (FORMAT parquet)")
+                f"FROM read_parquet({sql_literal(self.dir / 'child_pairs.parquet')}) "
+                f"GROUP BY parent_id ORDER BY parent_id) TO {sql_literal(path)} (FORMAT parquet)")
         finally:
             con.close()  # its memory goes back before the pass that reads the sums
         return pq.ParquetFile(path).iter_batches(1 << 16)
@@ -485,28 +475,28 @@ class TraceWriter:
             return
         con = self._duckdb(table)
         try:
-            yield from con.sql(f"SELECT * FROM read_parquet({_sql_list(sources)}) ORDER BY event_id"
+            yield from con.sql(f"SELECT * FROM read_parquet({sql_list(sources)}) ORDER BY event_id"
                                ).to_arrow_reader(1 << 16)
         finally:
             con.close()
 
     def publish(self, run: str, rank: int, phase: str) -> dict[str, str]:
-        """Move the final files into their partitions; returns table -> path
-        relative to the warehouse."""
+        """Put the final files into their partitions; returns table -> key in
+        the warehouse."""
         out: dict[str, str] = {}
-        created: list[Path] = []
+        created: list[str] = []
+        storage = self.warehouse.storage
         try:
             for table, src in self.final.items():
-                dst = data_path(self.warehouse, table, run, rank, phase, self.file_id)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                existed = dst.exists()  # a concurrent ingest of the same content
-                os.replace(src, dst)
+                key = self.warehouse.data_key(table, run, rank, phase, self.file_id)
+                existed = storage.exists(key)  # a concurrent ingest of the same content
+                storage.put(src, key)
                 if not existed:
-                    created.append(dst)
-                out[table] = str(dst.relative_to(self.warehouse))
+                    created.append(key)
+                out[table] = key
         except OSError as e:
-            for dst in created:  # leave no part of this trace behind
-                dst.unlink(missing_ok=True)
+            for key in created:  # leave no part of this trace behind
+                storage.remove(key)
             raise WarehouseError(f"{self.warehouse}: cannot publish {self.file_id}: {e.strerror or e}") from None
         return out
 
@@ -520,7 +510,7 @@ class TraceWriter:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Path) -> None:
+def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Warehouse | Path) -> None:
     """Stage the rows of one piece of a trace (chunked.py)."""
     try:
         with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, SCHEMAS[table], options=_PIECE_IPC) as w:
@@ -528,19 +518,3 @@ def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse:
                 w.write_batch(batch)
     except OSError as e:  # e.g. the disk is full
         raise cannot_write(warehouse, e) from None
-
-
-def clear_staging(warehouse: Path, older_than_s: float = 0) -> None:
-    """Remove staging leftovers of crashed ingests."""
-    import time
-
-    root = warehouse / STAGING
-    if not root.exists():
-        return
-    now = time.time()
-    for p in root.iterdir():
-        try:
-            if now - p.stat().st_mtime >= older_than_s:
-                shutil.rmtree(p, ignore_errors=True)
-        except FileNotFoundError:
-            pass

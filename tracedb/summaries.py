@@ -4,7 +4,7 @@ A view of the library whose header says ``-- materialize: per trace`` has
 rows that each come from one trace file (the collectives, the summed kernel
 islands, operation sums and duration counts). At ingest, right after a
 trace's Parquet files are final, its summaries are computed by running the
-library's own SQL over that one trace, and written beside the events::
+library's own SQL over that one trace, and written beside the events, at ``Warehouse.summary_key``::
 
     <warehouse>/summaries/<view>/run=<run>/rank=<rank>/phase=<phase>/<file_id>.parquet
 
@@ -23,19 +23,22 @@ until ``tracedb migrate`` recomputes the stale summaries (``refresh``).
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from .errors import ViewError
 from .schema import SCHEMAS
-from .views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, raw_view_sql
+from .sqltext import sql_literal
+from .views import ViewDef, load_comm_patterns, raw_view_sql
 
-SUMMARY_DIR = "summaries"
+if TYPE_CHECKING:
+    from .warehouse import Warehouse
+
 # A Summarizer's connection closes after a trace whose Parquet files are this
 # large: DuckDB holds the memory a trace's tables took until its connection
 # closes (after a 190 MB trace, 120-160 MiB; after a 10 MB one, about 40),
@@ -61,19 +64,14 @@ def requirements(defs: list[ViewDef], names: list[str]) -> list[ViewDef]:
     return [v for v in defs if v.name in needed]
 
 
-def fingerprint(defs: list[ViewDef], warehouse: Path) -> str:
+def fingerprint(defs: list[ViewDef], warehouse: Warehouse) -> str:
     """What the summaries of this library and warehouse settings depend on."""
     h = hashlib.sha256()
     for v in requirements(defs, [v.name for v in per_trace(defs)]):
         h.update(v.sql.encode())
-    patterns = warehouse / COMM_PATTERNS_CSV
+    patterns = warehouse.comm_patterns
     h.update(patterns.read_bytes() if patterns.exists() else b"")
     return h.hexdigest()[:16]
-
-
-def summary_path(warehouse: Path, view: str, run: str, rank: int, phase: str, file_id: str) -> Path:
-    return (warehouse / SUMMARY_DIR / view / f"run={run}" / f"rank={rank}" / f"phase={phase}"
-            / f"{file_id}.parquet")
 
 
 def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> None:
@@ -105,7 +103,7 @@ class Summarizer:
     afterwards, these summaries read as stale (recomputed), never as
     current. DuckDB spills to ``spill_dir``, which ``close`` removes."""
 
-    def __init__(self, warehouse: Path, defs: list[ViewDef], spill_dir: Path, *, threads: int = 1,
+    def __init__(self, warehouse: Warehouse, defs: list[ViewDef], spill_dir: Path, *, threads: int = 1,
                  memory_limit: str = "256MB") -> None:
         self.warehouse = warehouse
         self.defs = defs
@@ -143,7 +141,7 @@ class Summarizer:
                 con.execute(raw_view_sql(table, []))
             self._traces(con, "", "", 0, "", None)
             self.fingerprint = fingerprint(self.defs, self.warehouse)
-            load_comm_patterns(con, self.warehouse / COMM_PATTERNS_CSV)
+            load_comm_patterns(con, self.warehouse.comm_patterns)
             needed = requirements(self.defs, [v.name for v in per_trace(self.defs)])
             # Over one trace, an intermediate view read by two others (launch
             # calls, steps, op steps) is computed once, as a table; the rest stay
@@ -198,7 +196,7 @@ class Summarizer:
             out = {}
             for v in per_trace(self.defs):
                 dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-                _run(con, f"COPY (SELECT * FROM {v.name}) TO '{dst}' (FORMAT parquet, COMPRESSION zstd)",
+                _run(con, f"COPY (SELECT * FROM {v.name}) TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)",
                      self.threads)
                 out[v.name] = dst
             return out
@@ -221,7 +219,7 @@ class Summarizer:
         self._con = None
 
 
-def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, *,
+def compute(warehouse: Warehouse, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, *,
             file_id: str, run: str, rank: int, phase: str, distributed_info: str | None,
             threads: int = 1, memory_limit: str = "256MB") -> dict[str, Path]:
     """``Summarizer.compute`` for one trace, on a connection of its own that
@@ -231,15 +229,13 @@ def compute(warehouse: Path, defs: list[ViewDef], tables: dict[str, Path], out_d
                          distributed_info=distributed_info)
 
 
-def publish(warehouse: Path, made: dict[str, Path], run: str, rank: int, phase: str,
+def publish(warehouse: Warehouse, made: dict[str, Path], run: str, rank: int, phase: str,
             file_id: str) -> dict[str, str]:
-    """Move computed summaries into place (``os.replace``: a reader sees the
-    old file or the new, never part of one); returns view -> path relative
-    to the warehouse."""
+    """Publish computed summaries (atomically: a reader sees the old file or
+    the new, never part of one); returns view -> key in the warehouse."""
     out = {}
     for view, src in made.items():
-        dst = summary_path(warehouse, view, run, rank, phase, file_id)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
-        out[view] = str(dst.relative_to(warehouse))
+        key = warehouse.summary_key(view, run, rank, phase, file_id)
+        warehouse.storage.put(src, key)
+        out[view] = key
     return out

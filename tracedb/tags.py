@@ -4,7 +4,7 @@ Tags come from ``tracedb ingest --tag k=v`` and from a ``run.json`` (a flat
 JSON object, as ``tracedb.torch`` writes it) in a trace's folder or the
 folder above it (``root/<run>/run.json`` beside ``root/<run>/<phase>/``).
 They are kept in the warehouse as Parquet, one small file per run
-(``run_tags/run=<run>/tags.parquet``: run, key, value), so they survive a
+(``Warehouse.tags_key``: ``run_tags/run=<run>/tags.parquet``; run, key, value), so they survive a
 rebuild of the catalog like the traces do; the catalog's ``run_tags`` view
 lists them. A tag given again replaces the run's old value of that key;
 removing a whole run removes its tags.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,13 +22,12 @@ import duckdb
 
 from .discover import RUN_CONFIG
 from .errors import IngestError
+from .sqltext import sql_literal
+from .warehouse import TAGS_DIR
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
     from .discover import TraceFile
-
-TAGS_DIR = "run_tags"
-TAGS_FILE = "tags.parquet"
+    from .warehouse import Warehouse
 
 RUN_TAGS_DOC = ("Configuration tags of each run (ingest --tag k=v, or the run.json beside its traces): "
                 "one row per run and key.")
@@ -67,67 +67,59 @@ def run_configs(files: list[TraceFile]) -> dict[str, dict[str, str]]:
     return {run: tags for run, tags in found.items() if tags}
 
 
-def _path(warehouse: Path, run: str) -> Path:
-    return warehouse / TAGS_DIR / f"run={run}" / TAGS_FILE
-
-
-def _write(warehouse: Path, con: duckdb.DuckDBPyConnection, run: str, tags: dict[str, str]) -> None:
-    """The run's tags file, merged with the one there, replaced atomically."""
-    path = _path(warehouse, run)
+def _write(warehouse: Warehouse, con: duckdb.DuckDBPyConnection, run: str, tags: dict[str, str]) -> None:
+    """The run's tags file, merged with the one there, published atomically."""
+    key = warehouse.tags_key(run)
     merged: dict[str, str] = {}
-    if path.exists():
-        merged = dict(con.execute("SELECT key, value FROM read_parquet(?)", [str(path)]).fetchall())
+    if warehouse.storage.exists(key):
+        merged = dict(con.execute("SELECT key, value FROM read_parquet(?)", [warehouse.location(key)]).fetchall())
     merged.update(tags)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{os.getpid()}.tmp.{TAGS_FILE}")
+    tmp = warehouse.staging_path(f"tags.{os.getpid()}.{uuid.uuid4().hex[:8]}.parquet")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
     rows = sorted(merged.items())
-    con.execute(
-        "COPY (SELECT ?::VARCHAR AS run, unnest(?::VARCHAR[]) AS key, unnest(?::VARCHAR[]) AS value) "
-        f"TO '{_sql_text(str(tmp))}' (FORMAT parquet)",
-        [run, [k for k, _ in rows], [v for _, v in rows]],
-    )
-    os.replace(tmp, path)
+    try:
+        con.execute(
+            "COPY (SELECT ?::VARCHAR AS run, unnest(?::VARCHAR[]) AS key, unnest(?::VARCHAR[]) AS value) "
+            f"TO {sql_literal(tmp)} (FORMAT parquet)",
+            [run, [k for k, _ in rows], [v for _, v in rows]],
+        )
+        warehouse.storage.put(tmp, key)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def _sql_text(s: str) -> str:
-    return s.replace("'", "''")
-
-
-def save(catalog: Catalog, tags: dict[str, dict[str, str]],
+def save(warehouse: Warehouse, tags: dict[str, dict[str, str]],
          on_wait: Callable[[str], None] | None = None) -> None:
     """Set tags of runs (run -> key -> value) and commit the catalog, whose
-    ``run_tags`` view then lists them."""
-    with catalog.writing(on_wait) as con:
+    ``run_tags`` view then lists them. (Under the ingest lock: the tags
+    stage their file, and a check or a starting ingest clears the staging
+    area only when no ingest holds it.)"""
+    with warehouse.ingesting(on_wait), warehouse.catalog.writing(on_wait) as con:
         for run, kv in sorted(tags.items()):
             if kv:
-                _write(catalog.warehouse, con, run, kv)
+                _write(warehouse, con, run, kv)
 
 
-def drop(catalog: Catalog, run: str, on_wait: Callable[[str], None] | None = None) -> None:
+def drop(warehouse: Warehouse, run: str, on_wait: Callable[[str], None] | None = None) -> None:
     """Remove a run's tags (``tracedb remove --run``): out of the view in
-    one catalog swap, then off the disk."""
-    path = _path(catalog.warehouse, run)
-    if not path.exists():
+    one catalog swap (the view is rebuilt from the files there are)."""
+    key = warehouse.tags_key(run)
+    if not warehouse.storage.exists(key):
         return
-    aside = path.with_name(f".{os.getpid()}.removed.{TAGS_FILE}")
-    with catalog.writing(on_wait):
-        os.replace(path, aside)
-    aside.unlink(missing_ok=True)
-    try:
-        path.parent.rmdir()
-    except OSError:
-        pass  # not empty
+    with warehouse.catalog.writing(on_wait):  # (tags are written under the same lock)
+        warehouse.storage.remove(key)
+        warehouse.prune((TAGS_DIR,))
 
 
-def bind(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
+def bind(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> None:
     """(Re)define the ``run_tags`` view over the tags files there are."""
-    files = sorted(str(p) for p in (warehouse / TAGS_DIR).glob(f"run=*/{TAGS_FILE}"))
+    files = [warehouse.location(key) for key in warehouse.tags_keys()]
     if files:
-        listed = ", ".join(f"'{_sql_text(f)}'" for f in files)
+        listed = ", ".join(sql_literal(f) for f in files)
         source = f"SELECT run, key, value FROM read_parquet([{listed}], hive_partitioning = false)"
     else:
         source = "SELECT NULL::VARCHAR AS run, NULL::VARCHAR AS key, NULL::VARCHAR AS value WHERE false"
     con.execute(f"CREATE OR REPLACE VIEW run_tags AS {source}")
-    con.execute(f"COMMENT ON VIEW run_tags IS '{_sql_text(RUN_TAGS_DOC)}'")
+    con.execute(f"COMMENT ON VIEW run_tags IS {sql_literal(RUN_TAGS_DOC)}")
     for col, doc in COLUMN_DOCS.items():
-        con.execute(f"COMMENT ON COLUMN run_tags.{col} IS '{_sql_text(doc)}'")
+        con.execute(f"COMMENT ON COLUMN run_tags.{col} IS {sql_literal(doc)}")

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from .errors import ViewError
 from .schema import SCHEMAS
+from .sqltext import sql_literal as _quote
 
 LAYERS = ("staging", "intermediate", "marts")
 
@@ -162,10 +163,6 @@ def _toposort(defs: dict[str, ViewDef]) -> list[ViewDef]:
     return order
 
 
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def _macro_columns(con: duckdb.DuckDBPyConnection, v: ViewDef) -> list[tuple[str, str]] | None:
     """(name, type) of a table macro's output, bound with NULL for each
     required parameter (those whose doc gives no default); None if that
@@ -286,7 +283,6 @@ def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] |
     )
 
 
-COMM_PATTERNS_CSV = "comm_patterns.csv"
 COMM_SOURCES = ("kernel", "annotation", "cpu_op")
 
 

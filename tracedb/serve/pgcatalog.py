@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from tracedb.sqltext import sql_literal
+
 ROLE = "tracedb"
 ROLE_OID = 10  # PostgreSQL's bootstrap superuser OID; tracedb's one role owns everything
 PG_CATALOG_OID = 11  # fixed in PostgreSQL
@@ -73,7 +75,7 @@ def _literal(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
+    return sql_literal(str(value))
 
 
 def _values(rows: Iterable[tuple[object, ...]], columns: str, select: str = "*") -> str:

@@ -29,12 +29,10 @@ from pathlib import Path
 import duckdb
 
 from tracedb.serve.config import ServeError
+from tracedb.sqltext import sql_literal
+from tracedb.warehouse import CATALOG_NAME
 
 log = logging.getLogger(__name__)
-
-
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def data_directories(warehouse: Path) -> list[str]:
@@ -51,12 +49,12 @@ def private_copy(catalog_path: Path, private_dir: Path, generation: int) -> Path
     """Copy the catalog file into ``private_dir`` for one generation.
 
     Each generation gets its own folder (DuckDB caches one database instance
-    per path); the file keeps the name ``tracedb.duckdb`` so that the catalog
-    is called ``tracedb`` in SQL.
+    per path); the file keeps the catalog's name so that the catalog is
+    called ``tracedb`` in SQL.
     """
     folder = private_dir / f"g{generation}"
     folder.mkdir()
-    copy = folder / "tracedb.duckdb"
+    copy = folder / CATALOG_NAME
     shutil.copyfile(catalog_path, copy)
     return copy
 
@@ -73,15 +71,15 @@ def open_catalog(catalog_path: Path, readable: list[str], *, temp_dir: Path | No
     except duckdb.Error as e:
         raise ServeError(f"cannot open catalog {catalog_path} read-only: {e}") from e
     try:
-        db.execute(f"SET memory_limit = {_sql_string(memory_limit)}")
+        db.execute(f"SET memory_limit = {sql_literal(memory_limit)}")
         db.execute(f"SET threads = {int(threads)}")
         if temp_dir is not None:
-            db.execute(f"SET temp_directory = {_sql_string(str(temp_dir))}")
+            db.execute(f"SET temp_directory = {sql_literal(str(temp_dir))}")
             db.execute("SET max_temp_directory_size = '1GB'")
         db.execute("SET autoinstall_known_extensions = false")
         db.execute("SET autoload_known_extensions = false")
         db.execute("SET allow_community_extensions = false")
-        db.execute(f"SET allowed_directories = [{', '.join(_sql_string(d) for d in readable)}]")
+        db.execute(f"SET allowed_directories = [{', '.join(sql_literal(d) for d in readable)}]")
         db.execute("SET enable_external_access = false")
         db.execute("SET lock_configuration = true")
     except duckdb.Error as e:
