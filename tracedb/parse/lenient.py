@@ -1,5 +1,5 @@
 """The tolerant reader: parses a Chrome trace that yajl (the fast path in
-parse.py) rejected, one event at a time, with bounded memory.
+reader.py) rejected, one event at a time, with bounded memory.
 
 yajl is strict; real traces are not always. What this reader accepts, and
 how it reads it:
@@ -34,7 +34,7 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
 
 CHUNK_BYTES = 1 << 20
 MAX_VALUE_CHARS = 256 << 20  # one event (or top-level value) larger than this is an error
