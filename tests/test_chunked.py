@@ -130,8 +130,8 @@ def test_pieces_sent_without_bytes_are_read_back_alike(tmp_path, bom):
 
 
 def test_fractional_times_are_exact(tmp_path):
-    """3 decimals (orjson's doubles, recovered exactly), 4 decimals and
-    fractional epoch µs (pieces read with Decimals)."""
+    """3 decimals, 4 decimals (rounded half to even) and fractional epoch
+    µs, whose doubles no longer hold the fraction: exact, as written."""
     evs = _events(50)
     fine = ["4458676522690.655", "4458677009853.422", "8796093022207.999", "0.001", "1.5",
             "1712195495519695.7", "1712195495519695.8", "12.3456", "4458677009853.4225"]

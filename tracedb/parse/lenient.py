@@ -1,5 +1,5 @@
-"""The tolerant reader: parses a Chrome trace that yajl (the fast path in
-reader.py) rejected, one event at a time, with bounded memory.
+"""The tolerant reader: parses a Chrome trace that yajl (the strict decoder
+of reader.py) rejected, one event at a time, with bounded memory.
 
 yajl is strict; real traces are not always. What this reader accepts, and
 how it reads it:
@@ -59,7 +59,7 @@ class LenientReader:
     """Read a trace document from ``raw`` (decompressed bytes).
 
     ``events()`` yields the items of the event array in order (every item,
-    objects or not, as the fast path counts them); ``on_meta(key, value)``
+    objects or not, as reader.py's strict decoder counts them); ``on_meta(key, value)``
     receives each other top-level key of the object form. ``form`` is
     "object" or "array" once reading has started; ``repairs`` counts what was
     read leniently (see REPAIR_LABELS).

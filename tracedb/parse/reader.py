@@ -1,4 +1,7 @@
-"""Streaming Chrome-trace / Kineto parser: JSON in, Arrow record batches out.
+"""The reference reader: Chrome-trace / Kineto JSON in, Arrow record
+batches out, streaming, exact, and tolerant where it must be. Every file can
+be read whole by it; the C reader (pieces.py) is checked against it, and the
+pieces it declines are read by its row rule (``TraceParser.add_event``).
 
 Memory stays bounded: ijson's C backend (yajl2_c) yields one event at a
 time, events are appended to column lists, and every ``batch_rows`` rows a
@@ -162,7 +165,7 @@ class _Columns:
         self.rows = 0
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    # Rare values, handled off the fast path: integers past int64 (NULL) and
+    # Rare values, handled apart: integers past int64 (NULL) and
     # strings with lone surrogates (U+FFFD); times past TIME_LIMIT_NS (NULL).
     out_of_range = 0
     surrogates = 0
@@ -401,7 +404,7 @@ class TraceParser:
 
     def _read_lenient(self, skip: int, why: str) -> Iterator[tuple[str, pa.RecordBatch]]:
         """Read the file again with the tolerant reader, from the start,
-        skipping the ``skip`` events the fast path already added. Returns
+        skipping the ``skip`` events yajl already gave. Returns
         the number of items in the event array."""
         self._lenient = True
         raw = open_trace(self.path)
