@@ -221,25 +221,6 @@ def _as_values(outcome):
     return rows, lo, hi
 
 
-def test_random_events_same_rows_as_python(tmp_path):
-    """Any values in the keys the columns read: where the C reader takes a
-    piece, its rows are the reference reader's. Over the examples, both
-    kinds of piece occur (a run where C took none would check nothing)."""
-    took: Counter[bool] = Counter()
-
-    @settings(max_examples=60, deadline=None)
-    @given(events=st.lists(_random_event, min_size=1, max_size=30))
-    def check(events):
-        path = _write(tmp_path / "t.json", _kineto_text(events))
-        for c_took, with_c, python in _python_and_c(path, 128):
-            took[c_took] += 1
-            if c_took:
-                assert _as_values(with_c) == _as_values(python)
-
-    check()
-    assert took[True] >= 20 and took[False] >= 20, took
-
-
 _plain = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='"\\'), max_size=10)
 _int64 = st.integers(-(2**63), 2**63 - 1)
 _typed = {"int64": _int64, "double": st.one_of(_int64, st.floats(allow_nan=False, allow_infinity=False)),
@@ -269,6 +250,26 @@ def test_common_events_taken_by_c_with_python_rows(tmp_path, events):
         assert took
         assert _as_values(with_c) == _as_values(python)
     _assert_same(path, piece_bytes=128)
+
+
+def test_random_events_same_rows_as_python(tmp_path):
+    """Any values in the keys the columns read, mixed with events of the
+    common case: where the C reader takes a piece, its rows are the
+    reference reader's. Over the examples, both kinds of piece occur (a run
+    where C took none would check nothing)."""
+    took: Counter[bool] = Counter()
+
+    @settings(max_examples=60, deadline=None)
+    @given(events=st.lists(st.one_of(_random_event, _common_event), min_size=1, max_size=30))
+    def check(events):
+        path = _write(tmp_path / "t.json", _kineto_text(events))  # json.dumps: escapes non-ASCII
+        for c_took, with_c, python in _python_and_c(path, 512):
+            took[c_took] += 1
+            if c_took:
+                assert _as_values(with_c) == _as_values(python)
+
+    check()
+    assert took[True] >= 5 and took[False] >= 5, took
 
 
 _FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cuda" / "v1" / "rank0.train.json.gz"

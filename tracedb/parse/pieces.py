@@ -239,16 +239,13 @@ def read_tail_keys(tail: bytes, parser: TraceParser) -> None:
             parser._set_meta(k, v)
 
 
-
 # -- parsing a piece ---------------------------------------------------------
 
 
 def parse_piece(piece: Piece, path: str = "<piece>") -> PieceResult:
     """Parse one piece into record batches (events, flows, counters): the
     C reader, or where it declines, the reference reader."""
-    data = piece.data.rstrip()
-    if data.endswith(b","):
-        data = data[:-1]
+    data = _events_text(piece)
     if _fastparse is not None:
         res = _convert_c(data, piece)
         if res is not None:
@@ -261,8 +258,14 @@ def decline_reason(piece: Piece) -> str | None:
     not built)."""
     if _fastparse is None:
         return None
-    out = _fastparse.parse(piece.data.rstrip().rstrip(b","), piece.base)
+    out = _fastparse.parse(_events_text(piece), piece.base)
     return out if isinstance(out, str) else None
+
+
+def _events_text(piece: Piece) -> bytes:
+    """The piece's events, without the comma after the last."""
+    data = piece.data.rstrip()
+    return data[:-1] if data.endswith(b",") else data
 
 
 def _convert_reference(data: bytes, piece: Piece, path: str) -> PieceResult:
@@ -281,18 +284,21 @@ def _convert_reference(data: bytes, piece: Piece, path: str) -> PieceResult:
         raise NotSplittable(f"piece {piece.number}: {len(evs)} events, expected {piece.count}")
     p = TraceParser(path)
     m = p.meta
-    for i, ev in enumerate(evs):
-        if type(ev) is not dict:
-            m.skipped_count += 1
-            continue
-        ph = ev.get("ph")
-        if ph == "B" or ph == "E":
-            raise NotSplittable("B/E events (matched across the whole file)")
-        p.add_event(piece.base + i, ev)
-    res = PieceResult(json_event_count=len(evs), event_count=m.event_count, flow_count=m.flow_count,
+    try:
+        for i, ev in enumerate(evs):
+            if type(ev) is not dict:
+                m.skipped_count += 1
+                continue
+            ph = ev.get("ph")
+            if ph == "B" or ph == "E":
+                raise NotSplittable("B/E events (matched across the whole file)")
+            p.add_event(piece.base + i, ev)
+        batches = list(p.flush())
+    except RecursionError:  # args nested too deeply to write: the whole-file read says where
+        raise NotSplittable(f"piece {piece.number}: nested too deeply") from None
+    res = PieceResult(batches, json_event_count=len(evs), event_count=m.event_count, flow_count=m.flow_count,
                       counter_count=m.counter_count, skipped_count=m.skipped_count,
                       ts_min_ns=m.ts_min_ns, ts_max_ns=m.ts_max_ns)
-    res.batches = list(p.flush())
     res.surrogates, res.out_of_range = p.sanitized()
     return res
 
