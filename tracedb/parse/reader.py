@@ -53,11 +53,6 @@ _TAIL_BYTES = 2 << 20
 _DEPTH_LIMIT = 2048
 
 
-def ijson_backend() -> str:
-    """The ijson backend in use; tracedb expects the C one, ``yajl2_c``."""
-    return ijson.backend
-
-
 @dataclass
 class TraceMeta:
     """What a trace says about itself, filled while parsing."""
