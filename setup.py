@@ -1,4 +1,4 @@
-"""The C part of the parse (tracedb/_fastparse.c), and the SQL inside the
+"""The C part of the parse (tracedb/parse/_fastparse.c), and the SQL inside the
 package of a wheel. The C part is optional: where it does not compile, the
 install goes on and tracedb parses every piece in Python, slower."""
 
@@ -25,6 +25,6 @@ class BuildPy(build_py):
 
 setup(
     cmdclass={"build_py": BuildPy},
-    ext_modules=[Extension("tracedb._fastparse", ["tracedb/_fastparse.c"], optional=True,
-                           extra_compile_args=["-O3"])],
+    ext_modules=[Extension("tracedb.parse._fastparse", ["tracedb/parse/_fastparse.c"],
+                           depends=["tracedb/parse/_fastjson.h"], optional=True, extra_compile_args=["-O3"])],
 )

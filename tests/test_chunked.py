@@ -1,6 +1,8 @@
-"""The split fast path (chunked.py) writes exactly what the streaming parser
-(parse.py, the reference) writes: same rows, same values, same meta; and it
-declines (NotSplittable) what only the streaming parser can do."""
+"""A file read in pieces (parse/pieces.py: the C reader, or where it
+declines, the reference reader on the piece) gives exactly what the
+whole-file read (parse/reader.py, the reference) gives: same rows, same
+values, same meta; and what only the whole-file read can do raises
+NotSplittable."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from hypothesis import strategies as st
 
 import tracedb
 from conftest import corpus_file, trace_events
-from tracedb.chunked import NotSplittable, SplitParser, _is_time_value, count_events
-from tracedb.parse import TraceParser
+from tracedb.parse import TraceParser, pieces
+from tracedb.parse.pieces import NotSplittable, SplitParser, count_events
 from tracedb.schema import ARG_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,8 +130,8 @@ def test_pieces_sent_without_bytes_are_read_back_alike(tmp_path, bom):
 
 
 def test_fractional_times_are_exact(tmp_path):
-    """3 decimals (orjson's doubles, recovered exactly), 4 decimals and
-    fractional epoch µs (pieces read with Decimals)."""
+    """3 decimals, 4 decimals (rounded half to even) and fractional epoch
+    µs, whose doubles no longer hold the fraction: exact, as written."""
     evs = _events(50)
     fine = ["4458676522690.655", "4458677009853.422", "8796093022207.999", "0.001", "1.5",
             "1712195495519695.7", "1712195495519695.8", "12.3456", "4458677009853.4225"]
@@ -153,21 +155,6 @@ def test_fractional_times_are_exact(tmp_path):
     assert got["k8"] == 4458677009853422  # its double, 4458677009853.423, would say ...423
 
 
-def test_only_times_with_four_decimals_need_decimals():
-    """A number with 4+ decimals sends a piece to the Decimal path only when
-    it is a "ts" or "dur" value (args' floats and names do not)."""
-    def at_dot(text: bytes) -> bool:
-        return _is_time_value(text, text.rindex(b"."))
-
-    assert at_dot(b'{"ts": 12.3456}')
-    assert at_dot(b'{"dur" :\n  -7.00005}')
-    assert at_dot(b'"ts":1.00001')
-    assert not at_dot(b'{"memory bandwidth (GB/s)": 12.3456}')
-    assert not at_dot(b'{"name": "v1.2345"}')
-    assert not at_dot(b'{"ats": 12.3456}')
-    assert not at_dot(b'.1234')
-
-
 @given(st.binary(max_size=80).map(lambda b: bytes(b" \n{a"[x % 4] for x in b)), st.integers(0, 4))
 def test_events_counted_like_bytes_count(data, indent):
     """The splitter's count of event starts is bytes.count's, whatever the
@@ -176,9 +163,9 @@ def test_events_counted_like_bytes_count(data, indent):
     assert count_events(data, sep) == data.count(sep)
 
 
-# Events as a profiler might write them, one per piece below: the struct path
-# (msgspec) takes the first ones; the dict path (orjson) the pieces from the
-# counter on, which the struct path declines.
+# Events as a profiler might write them, one per piece below: the C reader
+# takes some (test_fastparse.py says which); here it is off, and every piece
+# takes the reference reader.
 _ODD_EVENTS = [
     '"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25,\n'
     '    "args": {\n      "warps per SM": 464.592590, "bw": 1268.4387096774194, "s": "a \\"b\\" \\u00e9"\n    }',
@@ -198,40 +185,20 @@ _ODD_EVENTS = [
 ]
 
 
-def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
-    """Nulls, odd types, big integers, flows bound by bind_id, escapes: the
-    struct path writes what the streaming parser writes, keeping the trace's
-    spelling of args, and leaves what it does not handle to the dict path.
-    Args of the columns' types skip the checks per value ("u"), unless an
-    integer is past 64 bits. (The C path, which comes first, is off here:
-    test_fastparse.py has it on the same events.)"""
-    import tracedb.chunked as chunked
-
-    monkeypatch.setattr(chunked, "_fastparse", None)
+def test_reference_pieces_same_as_whole_file(tmp_path, monkeypatch):
+    """Nulls, odd types, big integers, flows bound by id null, escapes,
+    counters, events without a phase: with the C reader off, each piece
+    takes the reference reader, and the rows are the whole file's and the
+    values checked here by hand."""
+    monkeypatch.setattr(pieces, "_fastparse", None)
     body = ",\n".join("  {\n    " + e + "\n  }" for e in _ODD_EVENTS)
     path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
-    took = []
-    for fn, name in ((chunked._convert_structs, "struct"), (chunked._convert, "dict")):
-        def counted(*a, _fn=fn, _name=name):
-            took.append(_name)
-            return _fn(*a)
-        monkeypatch.setattr(chunked, fn.__name__, counted)
-    typed = []
-
-    def typed_column(vals, *a, _f=chunked._typed_column):
-        typed.append(list(vals))
-        return _f(vals, *a)
-    monkeypatch.setattr(chunked, "_typed_column", typed_column)
+    assert len(list(SplitParser(path, piece_bytes=64).pieces())) > 4
     _assert_same(path, piece_bytes=64)
-    assert [1180591620717411303424] in typed and [[1, 2, 3]] in typed
-    # Pieces up to the one with the counter take the struct path; from it on,
-    # each holds an event only the dict path handles.
-    pieces = [p.data for p in SplitParser(path, piece_bytes=64).pieces()]
-    decline = next(i for i, data in enumerate(pieces) if b'"ph": "C"' in data)
-    assert took == ["struct"] * decline + ["struct", "dict"] * (len(pieces) - decline)
-    rows = {r["name"]: r for r in _tables(SplitParser(path, piece_bytes=64))["events"].to_pylist()}
-    assert rows["k"]["args"] == ('{"warps per SM":464.592590,"bw":1268.4387096774194,'
-                                 '"s":"a \\"b\\" \\u00e9"}')
+    tables = _tables(SplitParser(path, piece_bytes=64))
+    rows = {r["name"]: r for r in tables["events"].to_pylist()}
+    assert rows["k"]["args"] == '{"warps per SM":464.59259,"bw":1268.4387096774194,"s":"a \\"b\\" \u00e9"}'
+    assert (rows["k"]["ts_ns"], rows["k"]["dur_ns"]) == (10_500, 2_250)
     assert rows["n"]["args"] is None
     assert rows["t"]["pid"] == "1180591620717411303424" and rows["t"]["tid"] == "stream 7"
     assert rows["t"]["external_id"] == 12 and rows["t"]["grid"] == [1, 2, 3]
@@ -239,6 +206,12 @@ def test_struct_path_same_as_streaming(tmp_path, monkeypatch):
     assert rows["t"]["collective_name"] == "5"
     assert rows["u"]["correlation"] is None and rows["u"]["memory_bandwidth_gbps"] == 3.0
     assert rows["u"]["grid"] == [1, 2, 3] and rows["u"]["dtype"] == "float" and rows["u"]["pg_ranks"] == "[0, 1]"
+    assert rows["l"]["args"] == "[1,2]" and rows["l"]["grid"] is None
+    assert (rows["no phase"]["ph"], rows["no phase"]["event_id"]) == (None, 9)
+    assert rows["odd phase"]["ph"] == '["X"]'
+    assert [(r["event_id"], r["id"], r["ts_ns"]) for r in tables["flows"].to_pylist()] == \
+        [(4, None, 13_000), (5, "4", 13_000)]
+    assert [(r["event_id"], r["series"], r["value"]) for r in tables["counters"].to_pylist()] == [(7, "allocated", 1.0)]
 
 
 _leaf = st.one_of(st.none(), st.booleans(), st.text(max_size=8), st.integers(-(2**70), 2**70),
@@ -260,13 +233,11 @@ _random_event = st.fixed_dictionaries({"ph": st.sampled_from(list("XiIMCstfn"))}
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_random_event, min_size=1, max_size=30))
 def test_random_events_same_as_streaming(tmp_path, events):
-    """Any values in any of the keys the columns read, through both paths
-    (pieces of one or two events): the same rows, or the file declined."""
+    """Any values in any of the keys the columns read (pieces of one or two
+    events; no B/E pairs, only valid JSON): every file is read in pieces,
+    and gives the rows the whole-file read gives."""
     path = _write(tmp_path / "t.json", _kineto_text(events))
-    try:
-        _assert_same(path, piece_bytes=128)
-    except NotSplittable:
-        pass
+    _assert_same(path, piece_bytes=128)
 
 
 def test_begin_end_pairs_take_the_streaming_path(tmp_path):
@@ -300,7 +271,7 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
     (tmp_path / "runs" / "v1").mkdir(parents=True)
     _write(tmp_path / "runs" / "v1" / "rank-1.json", text)
     monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
-    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 64 << 10)
     pieces = []
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
 
@@ -377,7 +348,7 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     _write(tmp_path / "runs" / "v1" / "rank-0.json",
            _kineto_text(evs, baseTimeNanoseconds=1_000_000_000))
     monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
-    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 4 << 10)
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
     monkeypatch.setattr("tracedb.store.FINAL_ROW_GROUP", 100)
     monkeypatch.setattr("tracedb.store.IN_MEMORY_STAGED_BYTES", in_memory_bytes)
@@ -410,7 +381,7 @@ def test_a_known_trace_stops_the_parse_that_started_while_hashing(tmp_path, monk
     (tmp_path / "copy").mkdir()
     copy = _write(tmp_path / "copy" / "rank-0.json", text)
     monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
-    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 4 << 10)
     db = tracedb.TraceDB(tmp_path / "wh")
     assert [r.status for r in db.ingest([first], run="v1", jobs=2).results] == ["ok"]
     rows = db.sql("SELECT count(*) FROM events").fetchall()
@@ -441,7 +412,7 @@ def test_a_bad_large_trace_fails_alike_with_the_hash_first_or_alongside(tmp_path
     (tmp_path / "runs" / "v1").mkdir(parents=True)
     bad = _write(tmp_path / "runs" / "v1" / "rank-0.json", text[: len(text) // 2])
     monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
-    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 4 << 10)
     got = {}
     for jobs in (1, 2):
         db = tracedb.TraceDB(tmp_path / f"wh{jobs}")
@@ -472,7 +443,7 @@ def test_a_large_gzip_that_cannot_be_read_to_its_end_fails_alone(tmp_path, monke
     crc.write_bytes(data[:-8] + bytes(8))  # CRC-32 and size zeroed
     good = _write(runs / "rank-2.json", _kineto_text(_events(10)))
     monkeypatch.setattr(ingest, "WORKERS_MIN_BYTES", 1)
-    monkeypatch.setattr("tracedb.chunked.PIECE_BYTES", 4 << 10)
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 4 << 10)
     says = {cut: "truncated gzip", crc: "corrupt gzip"}
     # One file after another here (--jobs 1), and each bad one alone with
     # its pieces parsed by 2 workers.

@@ -131,7 +131,7 @@ from tracedb.cli import main
 out = [CliRunner().invoke(main, ["-w", sys.argv[1], *args]).stdout for args in (
     ["query", "hotspots", "--format", "csv"], ["sql", "SELECT count(*) AS n FROM events", "-f", "csv"],
     ["runs", "-f", "csv"], ["views", "hotspots"])]
-heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pyarrow", "numpy", "msgspec", "orjson", "ijson"})
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pyarrow", "numpy", "ijson"})
 print(json.dumps({"out": out, "heavy": heavy}))
 """
 

@@ -17,7 +17,7 @@ import pytest
 import tracedb
 from conftest import corpus_file, write_trace
 from oracle import expected_counts
-from tracedb import lenient
+from tracedb.parse import lenient
 from tracedb.errors import TraceFormatError
 from tracedb.parse import TraceParser
 
@@ -107,7 +107,7 @@ def test_string_pids_zero_negative_durations_and_duplicates(tmp_path: Path, ware
 def test_long_names_non_ascii_and_deep_args(tmp_path: Path, warehouse: Path):
     long_name = "k" * 100_000 + "\u00e9"
     deep: object = "leaf"
-    for i in range(800):  # past orjson's 255 levels: the exact fallback writes it
+    for i in range(800):  # deep nesting, written whole
         deep = {"d": deep} if i % 2 else [deep]
     events = [ev(0, name=long_name), ev(1, name="注意力 αβγ 🚀"), ev(2, args={"deep": deep})]
     write_trace(tmp_path / "runs" / "r" / "t.json", events)

@@ -34,8 +34,8 @@ from . import summaries
 from .catalog import Catalog, resource_dir
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
-from .chunked import NotSplittable, Piece, SplitParser, parse_piece
-from .parse import TraceMeta, TraceParser, _as_text
+from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
+from .parse.values import as_text
 from .store import TraceWriter, cannot_write, write_part
 from .version import __version__
 from .views import load_view_files
@@ -43,7 +43,7 @@ from .warehouse import TABLES, Warehouse
 
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
-# Every file tries the split fast path (chunked.py); the streaming parser
+# Every file tries the split fast path (parse/pieces.py); the streaming parser
 # takes those it declines. A file ingested alone is parsed by worker
 # processes from this size (a .gz counts about 10x its own); a smaller one
 # in the ingesting process, where starting the workers costs more than they
@@ -152,7 +152,7 @@ def _row(tf: TraceFile, file_id: str, status: str, error: str | None, meta=None,
             "device_properties": json.dumps(meta.device_properties) if meta.device_properties is not None else None,
             "trace_name": meta.trace_name,
             "display_time_unit": meta.display_time_unit,
-            "schema_version": _as_text(meta.schema_version),
+            "schema_version": as_text(meta.schema_version),
             "metadata": json.dumps(meta.other, default=str),
             "warnings": "; ".join(meta.warnings) or None,
         })

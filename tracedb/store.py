@@ -7,7 +7,7 @@ layout, warehouse.py, is the contract BI users see)::
 
 Batches stream into a private folder of the warehouse's staging area:
 one Parquet file from the streaming parser, or one Arrow IPC file per piece
-from the split path (chunked.py), which finalize reads at a quarter of
+from the split path (parse/pieces.py), which finalize reads at a quarter of
 Parquet's cost.
 ``finalize`` then makes each table's final file in one streaming pass over
 the staged rows, in event_id order: it adds ``file_id``, shifts times by
@@ -371,7 +371,7 @@ class TraceWriter:
             raise cannot_write(self.warehouse, e) from None
 
     def part(self, table: str, number: int) -> Path:
-        """Where a piece parsed elsewhere (chunked.py) stages its rows."""
+        """Where a piece parsed elsewhere (parse/pieces.py) stages its rows."""
         return self.dir / f"{table}.part{number:06d}.arrow"
 
     def add_part(self, table: str, path: Path) -> None:
@@ -461,7 +461,7 @@ class TraceWriter:
         return con
 
     def _in_event_order(self, table: str, sources: list[Path]) -> Iterator[pa.RecordBatch]:
-        """A table's staged rows in event_id order. Pieces (chunked.py) cover
+        """A table's staged rows in event_id order. Pieces (parse/pieces.py) cover
         consecutive event_id ranges, in part order: each is sorted on its
         own. The streaming parser's file (a B/E pair is written at its E)
         takes an external sort."""
@@ -511,7 +511,7 @@ class TraceWriter:
 
 
 def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Warehouse | Path) -> None:
-    """Stage the rows of one piece of a trace (chunked.py)."""
+    """Stage the rows of one piece of a trace (parse/pieces.py)."""
     try:
         with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, SCHEMAS[table], options=_PIECE_IPC) as w:
             for batch in batches:

@@ -1,27 +1,32 @@
-/* The common case of chunked.py's piece parse, in C.
+/* The C reader: the fast path of a piece's parse (tracedb/parse/pieces.py).
 
    parse(data, base) reads a piece (whole events, each a JSON object, with
-   commas between them) and returns its columns as Arrow buffers, or None
-   when anything in it is out of the common case: then chunked.py parses
-   the piece as before (msgspec, orjson, ijson), which stays the reference.
+   commas between them) and returns its columns as Arrow buffers, or, when
+   anything in it is out of the common case, why (a str): then pieces.py
+   parses the piece with the reference reader (reader.py), whose value rules
+   (values.py) this file mirrors. benchmarks/declines.py counts the reasons
+   on real traces.
 
-   It takes only what it reads exactly as the Python paths do, and declines
+   It takes only what it reads exactly as the reference does, and declines
    the rest:
    - JSON that is valid (RFC 8259, UTF-8): anything else is declined, and
-     the Python paths say what is wrong;
-   - every event an object with a string "ph" other than "B", "E", "C";
-   - ts and dur: null, or numbers without an exponent and with at most
-     3 decimals, within +-2**62 ns (exact from the text, no double);
+     the reference says what is wrong;
+   - every event an object with a string "ph" other than "B", "E", "C"
+     (pairs and counters: the reference's row rule);
+   - ts and dur: null, or numbers without an exponent, within +-2**62 ns
+     (exact from the text, no double; past 1 ns rounded half to even);
    - cat, name, bp: null or strings without escapes; pid, tid, id, bind_id:
      null, strings without escapes, or integers (their text, "-0" aside);
    - args: an object (or null), its text without the whitespace outside
-     strings (as msgspec.json.format(indent=-1) writes it); its keys without
-     escapes, those of the typed columns once each, with values of the
-     column's type or null (integers within int64; a list of them);
+     strings; its keys without escapes, those of the typed columns once
+     each, with values of the column's type or null (integers within int64;
+     a list of them);
    - no key escaped or twice at an event's top level, no "\u" escape of a
      surrogate anywhere, no number with a fraction or an exponent past a
-     double's range (msgspec refuses them), nesting at most 64 deep.
+     double's range (the reference writes it as null), nesting at most 64
+     deep.
 
+   _fastjson.h is the JSON reader; this file puts values into columns.
    Nothing here knows Arrow beyond its buffer layout: validity bitmaps
    (LSB first), int32 offsets, little-endian values. */
 
@@ -31,8 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 64
-#define TIME_LIMIT_NS (INT64_C(1) << 62)
+#include "_fastjson.h"
 
 /* -- growable buffers and columns -------------------------------------- */
 
@@ -93,7 +97,7 @@ static inline int col_bit(Col *c, int ok) {
 static inline int col_offset(Col *c) {
     int64_t at = (int64_t)(c->kind == K_LIST ? c->data.len / 8 : c->data.len);
     if (at > INT32_MAX)
-        return -2; /* declined: the Python paths take it */
+        return -2; /* declined: the reference takes it */
     int32_t o = (int32_t)at;
     return buf_put(&c->offs, &o, 4);
 }
@@ -133,378 +137,6 @@ static int put_str(Col *c, const char *s, size_t n) {
     return col_offset(c);
 }
 
-/* -- the reader ---------------------------------------------------------- */
-
-typedef struct {
-    const char *p, *end;
-    int nomem; /* set with a return of -1 when memory ran out, not the text */
-} Reader;
-
-/* A value as read: where it starts and ends, and what it is. */
-enum { V_ABSENT = 0, V_NULL, V_STR, V_NUM, V_TRUE, V_FALSE, V_OBJ, V_ARR };
-
-typedef struct {
-    int type;
-    const char *s, *e;  /* the token (strings: without the quotes) */
-    int escaped;        /* strings: holds a backslash */
-    int is_int;         /* numbers: no fraction, no exponent */
-    int exp;            /* numbers: has an exponent */
-    int frac;           /* numbers: digits after the point */
-} Val;
-
-static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-static inline void skip_ws(Reader *r) {
-    while (r->p < r->end && is_ws(*r->p))
-        r->p++;
-}
-
-/* Out of the common case: the piece is declined. */
-static int fail(Reader *r) {
-    (void)r;
-    return -1;
-}
-
-static inline int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-#define ONES UINT64_C(0x0101010101010101)
-#define HIGHS UINT64_C(0x8080808080808080)
-
-/* Whether none of 8 bytes is a quote, a backslash, a control character or
-   past ASCII (the bit tricks of "Bit Twiddling Hacks": a zero byte, a byte
-   less than n). */
-static inline int plain8(uint64_t w) {
-    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
-    uint64_t hits = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
-    return (hits & HIGHS) == 0;
-}
-
-/* A string, at its opening quote: valid UTF-8, no control characters,
-   valid escapes (no surrogate escapes). */
-static int read_string(Reader *r, Val *v) {
-    const unsigned char *p = (const unsigned char *)r->p + 1;
-    const unsigned char *end = (const unsigned char *)r->end;
-    v->type = V_STR;
-    v->escaped = 0;
-    v->s = (const char *)p;
-    for (;;) {
-        /* runs of plain ASCII first: 8 bytes at a time, then one by one */
-        while (p + 8 <= end) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            if (plain8(w))
-                p += 8;
-            else
-                break;
-        }
-        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
-            p++;
-        if (p >= end)
-            return fail(r);
-        unsigned char c = *p;
-        if (c == '"') {
-            v->e = (const char *)p;
-            r->p = (const char *)p + 1;
-            return 0;
-        }
-        if (c == '\\') {
-            v->escaped = 1;
-            if (p + 1 >= end)
-                return fail(r);
-            char x = (char)p[1];
-            if (x == 'u') {
-                if (p + 6 > end)
-                    return fail(r);
-                int h0 = hexval(p[2]), h1 = hexval(p[3]), h2 = hexval(p[4]), h3 = hexval(p[5]);
-                if (h0 < 0 || h1 < 0 || h2 < 0 || h3 < 0)
-                    return fail(r);
-                int cp = (h0 << 12) | (h1 << 8) | (h2 << 4) | h3;
-                if (cp >= 0xD800 && cp <= 0xDFFF)
-                    return fail(r);
-                p += 6;
-            } else if (x == '"' || x == '\\' || x == '/' || x == 'b' || x == 'f' || x == 'n' || x == 'r' ||
-                       x == 't') {
-                p += 2;
-            } else {
-                return fail(r);
-            }
-            continue;
-        }
-        if (c < 0x20)
-            return fail(r);
-        /* UTF-8, as RFC 3629 has it */
-        if (c >= 0xC2 && c <= 0xDF) {
-            if (p + 1 >= end || (p[1] & 0xC0) != 0x80)
-                return fail(r);
-            p += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (p + 2 >= end || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80)
-                return fail(r);
-            if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] > 0x9F))
-                return fail(r);
-            p += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (p + 3 >= end || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80)
-                return fail(r);
-            if ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F))
-                return fail(r);
-            p += 4;
-        } else {
-            return fail(r);
-        }
-    }
-}
-
-static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
-
-/* A number's text as a double, by Python's own reading: correctly
-   rounded, as msgspec's, and blind to the C locale (strtod is not). -1
-   where it is long or past a double's range. */
-static int read_double(const char *s, const char *e, double *out) {
-    char tmp[64], *stop;
-    size_t n = (size_t)(e - s);
-    if (n >= sizeof tmp)
-        return -1;
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    *out = PyOS_string_to_double(tmp, &stop, NULL);
-    int bad = PyErr_Occurred() != NULL || *stop != 0 || Py_IS_INFINITY(*out);
-    PyErr_Clear();
-    PyGILState_Release(gil);
-    return bad ? -1 : 0;
-}
-
-static int past_double(const char *s, const char *e) {
-    double d;
-    return read_double(s, e, &d) != 0;
-}
-
-static int read_number(Reader *r, Val *v) {
-    const char *p = r->p, *end = r->end;
-    v->type = V_NUM;
-    v->s = p;
-    v->is_int = 1;
-    v->exp = 0;
-    v->frac = 0;
-    if (p < end && *p == '-')
-        p++;
-    if (p >= end || !is_digit(*p))
-        return fail(r);
-    const char *digits = p;
-    if (*p == '0') {
-        p++;
-    } else {
-        while (p < end && is_digit(*p))
-            p++;
-    }
-    long magnitude = (long)(p - digits) - 1; /* about log10 of the value */
-    if (p < end && *p == '.') {
-        p++;
-        const char *f = p;
-        while (p < end && is_digit(*p))
-            p++;
-        if (p == f)
-            return fail(r);
-        v->frac = (int)(p - f);
-        v->is_int = 0;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        int minus = 0;
-        if (p < end && (*p == '+' || *p == '-'))
-            minus = *p++ == '-';
-        const char *x = p;
-        long e = 0;
-        while (p < end && is_digit(*p)) {
-            if (e < 100000)
-                e = e * 10 + (*p - '0');
-            p++;
-        }
-        if (p == x)
-            return fail(r);
-        magnitude += minus ? -e : e;
-        v->exp = 1;
-        v->is_int = 0;
-    }
-    /* A number past a double's range (1.8e308) that is not an integer,
-       msgspec refuses: declined. */
-    if (!v->is_int && (magnitude > 308 || (magnitude == 308 && past_double(v->s, p))))
-        return fail(r);
-    v->e = p;
-    r->p = p;
-    return 0;
-}
-
-/* A member's name, at its opening quote, and the colon after it. */
-static inline int read_key(Reader *r, Val *key) {
-    if (r->p >= r->end || *r->p != '"' || read_string(r, key))
-        return fail(r);
-    skip_ws(r);
-    if (r->p >= r->end || *r->p != ':')
-        return fail(r);
-    r->p++;
-    skip_ws(r);
-    return 0;
-}
-
-/* After a member or an item: 1 past a comma (another follows), 0 past
-   ``close`` (the container ends), -1 at anything else. */
-static inline int next_member(Reader *r, char close) {
-    skip_ws(r);
-    if (r->p < r->end && *r->p == ',') {
-        r->p++;
-        skip_ws(r);
-        return 1;
-    }
-    if (r->p < r->end && *r->p == close) {
-        r->p++;
-        return 0;
-    }
-    return fail(r);
-}
-
-static int skip_value(Reader *r, Val *v, int depth);
-
-static int skip_container(Reader *r, int depth, char close) {
-    Val v;
-    if (depth > MAX_DEPTH)
-        return fail(r);
-    r->p++;
-    skip_ws(r);
-    if (r->p < r->end && *r->p == close) {
-        r->p++;
-        return 0;
-    }
-    int more;
-    do {
-        if ((close == '}' && read_key(r, &v)) || skip_value(r, &v, depth + 1))
-            return -1;
-    } while ((more = next_member(r, close)) > 0);
-    return more;
-}
-
-static int read_literal(Reader *r, const char *word, size_t n) {
-    if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n))
-        return fail(r);
-    r->p += n;
-    return 0;
-}
-
-/* Any value; ``v`` says what it was and where (containers: skipped, their
-   span in s..e). */
-static int skip_value(Reader *r, Val *v, int depth) {
-    if (r->p >= r->end)
-        return fail(r);
-    v->s = r->p;
-    switch (*r->p) {
-    case '"':
-        return read_string(r, v);
-    case '{':
-        v->type = V_OBJ;
-        if (skip_container(r, depth, '}'))
-            return -1;
-        v->e = r->p;
-        return 0;
-    case '[':
-        v->type = V_ARR;
-        if (skip_container(r, depth, ']'))
-            return -1;
-        v->e = r->p;
-        return 0;
-    case 'n':
-        v->type = V_NULL;
-        return read_literal(r, "null", 4);
-    case 't':
-        v->type = V_TRUE;
-        return read_literal(r, "true", 4);
-    case 'f':
-        v->type = V_FALSE;
-        return read_literal(r, "false", 5);
-    default:
-        return read_number(r, v);
-    }
-}
-
-/* -- values into columns ------------------------------------------------ */
-
-/* An integer's text (validated) -> int64; -1 past int64. */
-static int int_value(const Val *v, int64_t *out) {
-    const char *p = v->s;
-    int neg = 0;
-    if (*p == '-') {
-        neg = 1;
-        p++;
-    }
-    uint64_t acc = 0;
-    for (; p < v->e; p++) {
-        uint64_t d = (uint64_t)(*p - '0');
-        if (acc > (UINT64_MAX - d) / 10)
-            return -1;
-        acc = acc * 10 + d;
-    }
-    if (neg) {
-        if (acc > (uint64_t)INT64_MAX + 1)
-            return -1;
-        *out = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
-    } else {
-        if (acc > (uint64_t)INT64_MAX)
-            return -1;
-        *out = (int64_t)acc;
-    }
-    return 0;
-}
-
-/* Microseconds as written -> exact ns; -1 out of the common case. */
-static int time_ns(const Val *v, int64_t *out) {
-    if (v->exp || v->frac > 3)
-        return -1;
-    const char *p = v->s;
-    int neg = 0;
-    if (*p == '-') {
-        neg = 1;
-        p++;
-    }
-    int64_t whole = 0, frac = 0;
-    int digits = 0;
-    for (; p < v->e && *p != '.'; p++) {
-        if (++digits > 16)
-            return -1;
-        whole = whole * 10 + (*p - '0');
-    }
-    if (whole > TIME_LIMIT_NS / 1000)
-        return -1;
-    int f = 0;
-    if (p < v->e) {
-        for (p++; p < v->e; p++, f++)
-            frac = frac * 10 + (*p - '0');
-    }
-    for (; f < 3; f++)
-        frac *= 10;
-    int64_t ns = whole * 1000 + frac;
-    if (ns > TIME_LIMIT_NS)
-        return -1;
-    *out = neg ? -ns : ns;
-    return 0;
-}
-
-/* ts or dur -> (present, ns); -1 to decline */
-static int time_of(const Val *v, int *ok, int64_t *ns) {
-    *ok = 0;
-    *ns = 0;
-    if (v->type == V_ABSENT || v->type == V_NULL)
-        return 0;
-    if (v->type != V_NUM || time_ns(v, ns))
-        return -1;
-    *ok = 1;
-    return 0;
-}
-
 /* cat, name, bp, ph: null or a string without escapes */
 static int put_text(Col *c, const Val *v) {
     if (v->type == V_ABSENT || v->type == V_NULL)
@@ -517,9 +149,8 @@ static int put_text(Col *c, const Val *v) {
 /* pid, tid, id: as text, integers as written */
 static int put_id_text(Col *c, const Val *v) {
     if (v->type == V_NUM) {
-        /* "-0" is "0" as Python writes it; past 18 digits, msgspec may not
-           read an integer */
-        if (!v->is_int || v->e - v->s > 18 || (v->e - v->s == 2 && v->s[0] == '-' && v->s[1] == '0'))
+        /* "-0" is "0" as Python writes it */
+        if (!v->is_int || (v->e - v->s == 2 && v->s[0] == '-' && v->s[1] == '0'))
             return -2;
         return put_str(c, v->s, (size_t)(v->e - v->s));
     }
@@ -534,7 +165,7 @@ typedef struct {
     size_t len; /* set at import */
 } ArgKey;
 
-/* The order and types of schema.ARG_COLUMNS (checked by chunked.py). */
+/* The order and types of schema.ARG_COLUMNS (checked by pieces.py). */
 static ArgKey ARG_KEYS[] = {
     {"correlation", K_I64},
     {"External id", K_I64},
@@ -564,30 +195,45 @@ static int arg_index(const char *s, size_t n) {
     return -1;
 }
 
-static int put_arg(Col *c, const Val *v) {
-    if (v->type == V_ABSENT || v->type == V_NULL) {
-        switch (c->kind) {
-        case K_I64:
-            return put_i64(c, 0, 0);
-        case K_F64:
-            return put_f64(c, 0, 0);
-        case K_STR:
-            return put_str(c, NULL, 0);
-        default:
-            if (col_bit(c, 0))
-                return -1;
-            return col_offset(c);
-        }
+/* A string in an int64 column, as values.as_int reads it (Python's int()):
+   1 with its value, 0 where it reads as null, -1 to decline (what int()
+   may read that this does not: signs, underscores, spaces, non-ASCII). */
+static int str_int(const Val *v, int64_t *out) {
+    if (v->escaped)
+        return -1;
+    const char *p = v->s;
+    int plain = p < v->e;
+    for (const char *q = p; q < v->e; q++) {
+        unsigned char ch = (unsigned char)*q;
+        if (ch >= 0x80 || ch == '+' || ch == '_' || ch == ' ')
+            return -1;
+        if (!(is_digit((char)ch) || (ch == '-' && q == p && q + 1 < v->e)))
+            plain = 0;
     }
+    if (!plain)
+        return 0;
+    return int_value(v, out) ? 0 : 1; /* past int64: null */
+}
+
+/* A typed args column's value, by values.ARG_CONVERTERS: 0, -2 (declined)
+   or -1 (no memory). */
+static int put_arg(Col *c, const Val *v) {
     int64_t x;
     switch (c->kind) {
     case K_I64:
-        if (v->type != V_NUM || !v->is_int || int_value(v, &x))
-            return -2;
-        return put_i64(c, 1, x);
+        if (v->type == V_NUM) {
+            if (!v->is_int)
+                return -2;
+            return int_value(v, &x) ? put_i64(c, 0, 0) : put_i64(c, 1, x); /* past int64: null */
+        }
+        if (v->type == V_STR) {
+            int got = str_int(v, &x);
+            return got < 0 ? -2 : put_i64(c, got, x);
+        }
+        return put_i64(c, 0, 0); /* null, a boolean, an object or array */
     case K_F64:
         if (v->type != V_NUM)
-            return -2;
+            return put_f64(c, 0, 0); /* not a number: null */
         if (v->is_int) {
             if (int_value(v, &x))
                 return -2;
@@ -599,10 +245,13 @@ static int put_arg(Col *c, const Val *v) {
     case K_STR:
         return put_text(c, v);
     default: /* a list of integers */
-        if (v->type != V_ARR)
-            return -2;
+        if (v->type != V_ARR) { /* not a list: null */
+            if (col_bit(c, 0))
+                return -1;
+            return col_offset(c);
+        }
         {
-            Reader r = {v->s + 1, v->e - 1, 0};
+            Reader r = {v->s + 1, v->e - 1, 0, NULL};
             Val item;
             skip_ws(&r);
             while (r.p < r.end) {
@@ -708,6 +357,7 @@ typedef struct {
     int64_t count;
     int has_span;
     int64_t lo, hi;
+    char why[128]; /* why the piece was declined */
 } Out;
 
 static void widen(Out *o, int ts_ok, int64_t ts, int dur_ok, int64_t dur) {
@@ -725,48 +375,111 @@ static void widen(Out *o, int ts_ok, int64_t ts, int dur_ok, int64_t dur) {
     if (end > o->hi) o->hi = end;
 }
 
-/* Returns 0, -2 (declined) or another value (no memory). */
+/* What a value is, for a reason to decline it. */
+static const char *val_kind(const Val *v) {
+    switch (v->type) {
+    case V_STR:
+        return v->escaped ? "a string with escapes" : "a string";
+    case V_NUM:
+        return v->exp ? "a number with an exponent" : !v->is_int ? "a number with a fraction" : "an integer";
+    case V_TRUE:
+    case V_FALSE:
+        return "a boolean";
+    case V_OBJ:
+        return "an object";
+    case V_ARR:
+        return "an array (or one with an item not an int64)";
+    default:
+        return "null";
+    }
+}
+
+/* Declines the event for the value of ``key``: o->why says so. */
+static int decline(Out *o, const char *key, const Val *v) {
+    snprintf(o->why, sizeof o->why, "%s: %s", key, val_kind(v));
+    return -2;
+}
+
+/* Declines the event for a time time_of does not take. */
+static int decline_time(Out *o, const char *key, const Val *v) {
+    if (v->type == V_NUM && !v->exp) {
+        snprintf(o->why, sizeof o->why, "%s: past +-2**62 ns", key);
+        return -2;
+    }
+    return decline(o, key, v);
+}
+
+/* A column's value from ``v`` (the value of ``key``); 0, -2 (declined, with
+   o->why) or -1 (no memory). */
+#define PUT(call, key, v)                                                    \
+    do {                                                                     \
+        int rc_ = (call);                                                    \
+        if (rc_ == -2)                                                       \
+            return col_past_offsets(o) ? -2 : decline(o, (key), (v));        \
+        if (rc_)                                                             \
+            return rc_;                                                      \
+    } while (0)
+
+/* Whether a column outgrew int32 offsets (col_offset's -2). */
+static int col_past_offsets(Out *o) {
+    for (int i = 0; i < N_ECOLS; i++)
+        if (o->ev[i].offs.len && o->ev[i].data.len > INT32_MAX) goto past;
+    for (int i = 0; i < N_LCOLS; i++)
+        if (o->fl[i].offs.len && o->fl[i].data.len > INT32_MAX) goto past;
+    return 0;
+past:
+    snprintf(o->why, sizeof o->why, "a column past 2 GiB");
+    return 1;
+}
+
+/* One event's rows from its fields: 0, -2 (declined, with o->why) or -1
+   (no memory). */
 static int emit(Out *o, int64_t index, Val *f, Val *args) {
     Val *ph = &f[F_PH];
+    if (ph->type == V_ABSENT)
+        return snprintf(o->why, sizeof o->why, "an event without a phase"), -2;
     if (ph->type != V_STR || ph->escaped)
-        return -2;
+        return decline(o, "ph", ph);
     size_t phn = (size_t)(ph->e - ph->s);
     if (phn == 1 && (ph->s[0] == 'B' || ph->s[0] == 'E' || ph->s[0] == 'C'))
-        return -2;
+        return snprintf(o->why, sizeof o->why, "phase %c", ph->s[0]), -2;
     int ts_ok, dur_ok;
     int64_t ts, dur;
-    if (time_of(&f[F_TS], &ts_ok, &ts) || time_of(&f[F_DUR], &dur_ok, &dur))
-        return -2;
-    int rc;
+    if (time_of(&f[F_TS], &ts_ok, &ts))
+        return decline_time(o, "ts", &f[F_TS]);
+    if (time_of(&f[F_DUR], &dur_ok, &dur))
+        return decline_time(o, "dur", &f[F_DUR]);
     if (phn == 1 && (ph->s[0] == 's' || ph->s[0] == 't' || ph->s[0] == 'f')) {
         Col *c = o->fl;
         Val *id = f[F_ID].type != V_ABSENT ? &f[F_ID] : &f[F_BIND_ID];
-        if ((rc = put_i64(&c[L_ID], 1, index)) || (rc = put_i64(&c[L_TS], ts_ok, ts)) ||
-            (rc = put_text(&c[L_PH], ph)) || (rc = put_id_text(&c[L_EID], id)) ||
-            (rc = put_text(&c[L_CAT], &f[F_CAT])) || (rc = put_text(&c[L_NAME], &f[F_NAME])) ||
-            (rc = put_id_text(&c[L_PID], &f[F_PID])) || (rc = put_id_text(&c[L_TID], &f[F_TID])) ||
-            (rc = put_text(&c[L_BP], &f[F_BP])))
-            return rc;
+        PUT(put_i64(&c[L_ID], 1, index), "event_id", id);
+        PUT(put_i64(&c[L_TS], ts_ok, ts), "ts", &f[F_TS]);
+        PUT(put_text(&c[L_PH], ph), "ph", ph);
+        PUT(put_id_text(&c[L_EID], id), "id", id);
+        PUT(put_text(&c[L_CAT], &f[F_CAT]), "cat", &f[F_CAT]);
+        PUT(put_text(&c[L_NAME], &f[F_NAME]), "name", &f[F_NAME]);
+        PUT(put_id_text(&c[L_PID], &f[F_PID]), "pid", &f[F_PID]);
+        PUT(put_id_text(&c[L_TID], &f[F_TID]), "tid", &f[F_TID]);
+        PUT(put_text(&c[L_BP], &f[F_BP]), "bp", &f[F_BP]);
     } else {
         Col *c = o->ev;
         int is_x = phn == 1 && ph->s[0] == 'X';
-        if ((rc = put_i64(&c[E_ID], 1, index)) || (rc = put_i64(&c[E_TS], ts_ok, ts)) ||
-            (rc = put_i64(&c[E_DUR], is_x && dur_ok, dur)) || (rc = put_text(&c[E_PH], ph)) ||
-            (rc = put_text(&c[E_CAT], &f[F_CAT])) || (rc = put_text(&c[E_NAME], &f[F_NAME])) ||
-            (rc = put_id_text(&c[E_PID], &f[F_PID])) || (rc = put_id_text(&c[E_TID], &f[F_TID])) ||
-            (rc = put_id_text(&c[E_EID], &f[F_ID])))
-            return rc;
-        for (int i = 0; i < N_ARGS; i++) {
-            if ((rc = put_arg(&c[E_ARG0 + i], &args[i])))
-                return rc;
-        }
+        PUT(put_i64(&c[E_ID], 1, index), "event_id", ph);
+        PUT(put_i64(&c[E_TS], ts_ok, ts), "ts", &f[F_TS]);
+        PUT(put_i64(&c[E_DUR], is_x && dur_ok, dur), "dur", &f[F_DUR]);
+        PUT(put_text(&c[E_PH], ph), "ph", ph);
+        PUT(put_text(&c[E_CAT], &f[F_CAT]), "cat", &f[F_CAT]);
+        PUT(put_text(&c[E_NAME], &f[F_NAME]), "name", &f[F_NAME]);
+        PUT(put_id_text(&c[E_PID], &f[F_PID]), "pid", &f[F_PID]);
+        PUT(put_id_text(&c[E_TID], &f[F_TID]), "tid", &f[F_TID]);
+        PUT(put_id_text(&c[E_EID], &f[F_ID]), "id", &f[F_ID]);
+        for (int i = 0; i < N_ARGS; i++)
+            PUT(put_arg(&c[E_ARG0 + i], &args[i]), ARG_KEYS[i].key, &args[i]);
         Val *a = &f[F_ARGS];
         if (a->type == V_OBJ)
-            rc = put_compact(&c[E_ARGS], a->s, a->e);
+            PUT(put_compact(&c[E_ARGS], a->s, a->e), "args", a);
         else
-            rc = put_str(&c[E_ARGS], NULL, 0);
-        if (rc)
-            return rc;
+            PUT(put_str(&c[E_ARGS], NULL, 0), "args", a);
     }
     widen(o, ts_ok, ts, dur_ok, dur);
     return 0;
@@ -787,12 +500,12 @@ static int read_args(Reader *r, Val *whole, Val *args) {
     int more;
     do {
         if (read_key(r, &key) || key.escaped)
-            return fail(r);
+            return fail(r, "an args key with escapes");
         int i = arg_index(key.s, (size_t)(key.e - key.s));
         Val tmp;
         Val *v = i >= 0 ? &args[i] : &tmp;
         if (i >= 0 && v->type != V_ABSENT)
-            return fail(r); /* twice */
+            return fail(r, "a typed args key twice");
         if (skip_value(r, v, 2))
             return -1;
     } while ((more = next_member(r, '}')) > 0);
@@ -812,14 +525,14 @@ static int read_event(Reader *r, Out *o, int64_t index) {
     r->p++;
     skip_ws(r);
     if (r->p < r->end && *r->p == '}')
-        return fail(r); /* no phase */
+        return fail(r, "an event without a phase");
     int more;
     do {
         if (read_key(r, &key) || key.escaped)
-            return fail(r);
+            return fail(r, "an event key with escapes");
         int i = field_index(key.s, (size_t)(key.e - key.s));
         if (i >= 0 && f[i].type != V_ABSENT)
-            return fail(r); /* twice */
+            return fail(r, "an event key twice");
         if (i == F_ARGS && r->p < r->end && *r->p == '{') {
             if (read_args(r, &f[F_ARGS], args))
                 return -1;
@@ -830,10 +543,10 @@ static int read_event(Reader *r, Out *o, int64_t index) {
     if (more < 0)
         return -1;
     if (f[F_ARGS].type != V_ABSENT && f[F_ARGS].type != V_OBJ && f[F_ARGS].type != V_NULL)
-        return fail(r);
+        return fail(r, "args neither an object nor null");
     int rc = emit(o, index, f, args);
     if (rc == -2)
-        return fail(r);
+        return fail(r, o->why);
     if (rc) {
         r->nomem = 1;
         return -1;
@@ -898,11 +611,12 @@ static void out_free(Out *o) {
 }
 
 static const char PARSE_DOC[] =
-    "parse(data, base) -> (count, event columns, flow columns, span) or None\n\n"
+    "parse(data, base) -> (count, event columns, flow columns, span), or why it declines (str)\n\n"
     "A piece of whole events (objects, commas between them) as Arrow buffers:\n"
     "each column (null count, validity bitmap or None, values, offsets or None),\n"
     "in the order of EVENT_SCHEMA and FLOW_SCHEMA; span (min ts, max ts + dur)\n"
-    "or None. None when the piece is out of the common case (see the source).";
+    "or None. A str (the reason) when the piece is out of the common case (see\n"
+    "the source): values.py's rules apply to it, in Python.";
 
 static PyObject *fp_parse(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -919,13 +633,17 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     Reader r = {(const char *)view.buf, (const char *)view.buf + view.len, 0};
-    int ok = 1;
+    int declined = 0;
     Py_BEGIN_ALLOW_THREADS
     skip_ws(&r);
     int64_t index = base;
     while (r.p < r.end) {
-        if (*r.p != '{' || read_event(&r, o, index)) {
-            ok = 0;
+        if (*r.p != '{') {
+            declined = fail(&r, "an item that is not an object");
+            break;
+        }
+        if (read_event(&r, o, index)) {
+            declined = -1;
             break;
         }
         index++;
@@ -933,13 +651,13 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
         if (r.p >= r.end)
             break;
         if (*r.p != ',') {
-            ok = 0;
+            declined = fail(&r, "not JSON (expected ',' between events)");
             break;
         }
         r.p++;
         skip_ws(&r);
-        if (r.p >= r.end) { /* a trailing comma */
-            ok = 0;
+        if (r.p >= r.end) {
+            declined = fail(&r, "a trailing comma");
             break;
         }
     }
@@ -949,9 +667,8 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
     PyObject *res = NULL;
     if (r.nomem) {
         PyErr_NoMemory();
-    } else if (!ok) {
-        Py_INCREF(Py_None);
-        res = Py_None;
+    } else if (declined) {
+        res = PyUnicode_FromString(r.why ? r.why : "declined");
     } else {
         PyObject *ev = cols_list(o->ev, N_ECOLS);
         PyObject *fl = ev ? cols_list(o->fl, N_LCOLS) : NULL;

@@ -1,5 +1,5 @@
-"""The tolerant reader: parses a Chrome trace that yajl (the fast path in
-parse.py) rejected, one event at a time, with bounded memory.
+"""The tolerant reader: parses a Chrome trace that yajl (the strict decoder
+of reader.py) rejected, one event at a time, with bounded memory.
 
 yajl is strict; real traces are not always. What this reader accepts, and
 how it reads it:
@@ -34,7 +34,7 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
 
 CHUNK_BYTES = 1 << 20
 MAX_VALUE_CHARS = 256 << 20  # one event (or top-level value) larger than this is an error
@@ -59,7 +59,7 @@ class LenientReader:
     """Read a trace document from ``raw`` (decompressed bytes).
 
     ``events()`` yields the items of the event array in order (every item,
-    objects or not, as the fast path counts them); ``on_meta(key, value)``
+    objects or not, as reader.py's strict decoder counts them); ``on_meta(key, value)``
     receives each other top-level key of the object form. ``form`` is
     "object" or "array" once reading has started; ``repairs`` counts what was
     read leniently (see REPAIR_LABELS).

@@ -1,4 +1,7 @@
-"""Streaming Chrome-trace / Kineto parser: JSON in, Arrow record batches out.
+"""The reference reader: Chrome-trace / Kineto JSON in, Arrow record
+batches out, streaming, exact, and tolerant where it must be. Every file can
+be read whole by it; the C reader (pieces.py) is checked against it, and the
+pieces it declines are read by its row rule (``TraceParser.add_event``).
 
 Memory stays bounded: ijson's C backend (yajl2_c) yields one event at a
 time, events are appended to column lists, and every ``batch_rows`` rows a
@@ -24,43 +27,30 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import math
 import re
 import sys
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterator
 
 import ijson
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
+from ..schema import COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
 from .lenient import LenientReader, describe
-from .schema import ARG_COLUMNS, COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
+from .source import BOM, first_byte, open_trace
+from .values import (ARG_CONVERTERS, FLOW_PHASES, INT64_MAX, INT64_MIN, SURROGATE, TIME_LIMIT_NS, as_float,
+                     as_int, as_text, dump_args, id_text, jsonable, to_ns, without_surrogates)
 
 BATCH_ROWS = 65_536
 _TAIL_BYTES = 2 << 20
-_BOM = b"\xef\xbb\xbf"
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-# ts_ns / dur_ns beyond this (146 years) are read as NULL, so that ts + dur
-# and ts + baseTimeNanoseconds never overflow BIGINT downstream.
-_TIME_LIMIT_NS = 1 << 62
 # Nesting deeper than this switches to the tolerant reader: yajl2_c keeps a
 # prefix string per level (memory grows with depth squared).
 _DEPTH_LIMIT = 2048
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-FLOW_PHASES = frozenset("stf")
-
-
-def ijson_backend() -> str:
-    """The ijson backend in use; tracedb expects the C one, ``yajl2_c``."""
-    return ijson.backend
 
 
 @dataclass
@@ -113,7 +103,7 @@ class _Source(io.RawIOBase):
         data = self._raw.read(n)
         if self._first and data:
             self._first = False
-            if data.startswith(_BOM):
+            if data.startswith(BOM):
                 data = data[3:]
         self.offset += len(data)
         # Brackets inside strings blur the estimate; going past the limit
@@ -133,176 +123,19 @@ class _Source(io.RawIOBase):
         return b"".join(self._tail or ())
 
 
-def _open_raw(path: Path) -> io.BufferedIOBase:
-    """The file's bytes, decompressed when it is gzip (by magic, not name)."""
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
-
-
-def _first_byte(path: Path) -> bytes:
-    with _open_raw(path) as f:
-        head = f.read(4096)
-        if head.startswith(_BOM):
-            head = head[3:]
-        while head is not None:
-            stripped = head.lstrip()
-            if stripped:
-                return stripped[:1]
-            head = f.read(4096)
-            if not head:
-                return b""
-    return b""
-
-
-def _to_ns(v: Any) -> int | None:
-    """Microseconds (int, Decimal, float or numeric string) -> exact int ns."""
-    t = type(v)
-    if t is int:
-        return v * 1000
-    if t is Decimal:
-        if not v.is_finite():
-            return None
-        return int((v * 1000).to_integral_value())
-    if v is None or t is bool:
-        return None
-    if t is float:
-        return round(v * 1000) if v == v and v not in (float("inf"), float("-inf")) else None
-    if t is str:
-        try:
-            return _to_ns(Decimal(v))
-        except InvalidOperation:
-            return None
-    return None
-
-
-def _as_int(v: Any) -> int | None:
-    t = type(v)
-    if t is int:
-        return v if _INT64_MIN <= v <= _INT64_MAX else None
-    if t is Decimal:
-        if v.is_finite() and v == v.to_integral_value():
-            return _as_int(int(v))
-        return None
-    if t is str:
-        try:
-            return _as_int(int(v))
-        except ValueError:
-            return None
-    if t is float and v.is_integer():
-        return _as_int(int(v))
-    return None
-
-
-def _as_float(v: Any) -> float | None:
-    if type(v) in (int, float, Decimal):
-        try:
-            return float(v)
-        except (OverflowError, ValueError):
-            return None
-    return None
-
-
-def _as_text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if type(v) is str:
-        return v
-    return json.dumps(_jsonable(v), ensure_ascii=False)
-
-
-def _as_int_list(v: Any) -> list | None:
-    if type(v) is list:
-        return [_as_int(x) for x in v]
-    return None
-
-
-_CONVERT = {"int64": _as_int, "double": _as_float, "string": _as_text}
-
-
-def _converter(typ: pa.DataType):
-    if pa.types.is_list(typ):
-        return _as_int_list
-    return _CONVERT[str(typ)]
-
-
-_ARG_CONVERTERS = [(key, col, _converter(typ)) for key, (col, typ) in ARG_COLUMNS.items()]
-
-
-def _jsonable(v: Any) -> Any:
-    """Decimals to float / int, recursively, for the JSON writers."""
-    if isinstance(v, Decimal):
-        if v.is_finite() and v == v.to_integral_value() and abs(v) < 2**63:
-            return int(v)
-        return float(v)
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_jsonable(x) for x in v]
-    return v
-
-
-def _without_surrogates(v: Any) -> Any:
-    """``v`` with U+FFFD for each lone surrogate in its strings and keys."""
-    if isinstance(v, str):
-        return _SURROGATE.sub("\ufffd", v)
-    if isinstance(v, dict):
-        return {_without_surrogates(k): _without_surrogates(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_without_surrogates(x) for x in v]
-    return v
-
-
-def _default(v: Any) -> Any:
-    if isinstance(v, Decimal):
-        return float(v)
-    raise TypeError
-
-
-def _default_exact(v: Any) -> Any:
-    """json.dumps default: Decimals (numbers written with a fraction or an
-    exponent) as doubles, as orjson writes them with ``_default`` (integers
-    of any size are ints already), and non-finite values as null."""
-    if isinstance(v, Decimal):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    return str(v)
-
-
-def _dump_args(args: Any) -> str | None:
-    if args is None:
-        return None
-    try:
-        return orjson.dumps(args, default=_default).decode()
-    except TypeError:
-        # integers past 64 bits, nesting past orjson's 255 levels, other rare values
-        return json.dumps(args, ensure_ascii=False, default=_default_exact)
-
-
-def _id_text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if type(v) is str:
-        return v
-    if type(v) is Decimal:
-        v = _jsonable(v)
-    return str(v)
-
-
-def _pid_text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if type(v) is str:
-        return v
-    return str(_jsonable(v))
+def value_warnings(m: TraceMeta, surrogates: int, out_of_range: int) -> None:
+    """The warnings for values the batches replaced (see _Columns)."""
+    if surrogates:
+        m.warnings.append(f"{surrogates} string(s) with lone surrogate escapes: U+FFFD in their place")
+    if out_of_range:
+        m.warnings.append(
+            f"{out_of_range} value(s) out of range (times past 2^62 ns, integers past int64) read as NULL")
 
 
 def drop_bad_span(m: TraceMeta) -> None:
     """No time span when it ends before it starts (negative durations) or
     lies past the supported range."""
-    if m.ts_min_ns is not None and not (-_TIME_LIMIT_NS <= m.ts_min_ns <= m.ts_max_ns <= _TIME_LIMIT_NS):
+    if m.ts_min_ns is not None and not (-TIME_LIMIT_NS <= m.ts_min_ns <= m.ts_max_ns <= TIME_LIMIT_NS):
         m.ts_min_ns = m.ts_max_ns = None
 
 
@@ -327,8 +160,8 @@ class _Columns:
         self.rows = 0
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    # Rare values, handled off the fast path: integers past int64 (NULL) and
-    # strings with lone surrogates (U+FFFD); times past _TIME_LIMIT_NS (NULL).
+    # Rare values, handled apart: integers past int64 (NULL) and
+    # strings with lone surrogates (U+FFFD); times past TIME_LIMIT_NS (NULL).
     out_of_range = 0
     surrogates = 0
 
@@ -336,20 +169,20 @@ class _Columns:
         typ = self.schema.field(name).type
         values = self.cols[name]
         if pa.types.is_int64(typ):
-            ok = [v if v is None or _INT64_MIN <= v <= _INT64_MAX else None for v in values]
+            ok = [v if v is None or INT64_MIN <= v <= INT64_MAX else None for v in values]
             self.out_of_range += sum(1 for a, b in zip(values, ok) if a is not None and b is None)
             values = ok
         elif pa.types.is_string(typ):
-            fixed = [_SURROGATE.sub("\ufffd", v) if type(v) is str else v for v in values]
+            fixed = [SURROGATE.sub("\ufffd", v) if type(v) is str else v for v in values]
             self.surrogates += sum(1 for a, b in zip(values, fixed) if a is not b and a != b)
             values = fixed
         return pa.array(values, type=typ)
 
     def _clamp(self, arr: pa.Array) -> pa.Array:
         lo, hi = pc.min_max(arr).values()
-        if lo.as_py() is None or (-_TIME_LIMIT_NS <= lo.as_py() and hi.as_py() <= _TIME_LIMIT_NS):
+        if lo.as_py() is None or (-TIME_LIMIT_NS <= lo.as_py() and hi.as_py() <= TIME_LIMIT_NS):
             return arr
-        bad = pc.greater(pc.abs(arr), _TIME_LIMIT_NS)
+        bad = pc.greater(pc.abs(arr), TIME_LIMIT_NS)
         self.out_of_range += pc.sum(bad).as_py() or 0
         return pc.if_else(bad, pa.scalar(None, arr.type), arr)
 
@@ -394,7 +227,7 @@ class TraceParser:
         if self.path.stat().st_size == 0:
             raise self._error("empty file", "byte 0")
         try:
-            first = _first_byte(self.path)
+            first = first_byte(self.path)
         except (OSError, EOFError, zlib.error) as e:
             raise self._error(f"corrupt gzip: {_short(e)}", "byte 0") from None
         if first == b"[":
@@ -416,24 +249,28 @@ class TraceParser:
         yield from self._read_events(prefix)
         if self.meta.form == "object" and not self._lenient:
             self._read_tail()
+        yield from self.flush()
+        value_warnings(self.meta, *self.sanitized())
+        drop_bad_span(self.meta)
+
+    def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The rows added so far, as one batch per table that has any."""
         for table, cols in (("events", self._events), ("flows", self._flows),
                             ("counters", self._counters)):
             if cols.rows:
                 yield table, cols.batch()
-        n = sum(c.surrogates for c in (self._events, self._flows, self._counters))
-        if n:
-            self.meta.warnings.append(f"{n} string(s) with lone surrogate escapes: U+FFFD in their place")
-        n = sum(c.out_of_range for c in (self._events, self._flows, self._counters))
-        if n:
-            self.meta.warnings.append(
-                f"{n} value(s) out of range (times past 2^62 ns, integers past int64) read as NULL")
-        drop_bad_span(self.meta)
+
+    def sanitized(self) -> tuple[int, int]:
+        """How many strings had lone surrogates, and how many values were
+        out of range, in the batches flushed so far."""
+        tables = (self._events, self._flows, self._counters)
+        return sum(c.surrogates for c in tables), sum(c.out_of_range for c in tables)
 
     def _read_head(self) -> None:
         """Top-level keys before traceEvents (a short parse of the head)."""
         found = False
         try:
-            with _open_raw(self.path) as raw:
+            with open_trace(self.path) as raw:
                 src = _Source(raw, keep_tail=False)
                 builder = None
                 key = None
@@ -486,8 +323,8 @@ class TraceParser:
 
     def _set_meta(self, key: str, value: Any) -> None:
         m = self.meta
-        value = _jsonable(value)
-        clean = _without_surrogates(value)
+        value = jsonable(value)
+        clean = without_surrogates(value)
         if clean != value:  # the catalog's JSON and text columns take UTF-8 only
             m.warnings.append(f"top-level key {key!r}: lone surrogate escapes, U+FFFD in their place")
             value = clean
@@ -496,11 +333,11 @@ class TraceParser:
         elif key == "deviceProperties" and isinstance(value, list):
             m.device_properties = value
         elif key == "baseTimeNanoseconds":
-            m.base_time_ns = _as_int(value)
+            m.base_time_ns = as_int(value)
         elif key == "traceName":
-            m.trace_name = _as_text(value)
+            m.trace_name = as_text(value)
         elif key == "displayTimeUnit":
-            m.display_time_unit = _as_text(value)
+            m.display_time_unit = as_text(value)
         elif key == "schemaVersion":
             m.schema_version = value
         else:
@@ -510,7 +347,7 @@ class TraceParser:
 
     def _read_events(self, prefix: str) -> Iterator[tuple[str, pa.RecordBatch]]:
         try:
-            raw = _open_raw(self.path)
+            raw = open_trace(self.path)
         except OSError as e:
             raise self._error(f"cannot open: {e.strerror or e}", "byte 0") from None
         self._source = src = _Source(raw)
@@ -523,7 +360,7 @@ class TraceParser:
                         self.meta.skipped_count += 1
                         index += 1
                         continue
-                    self._add(index, ev)
+                    self.add_event(index, ev)
                     index += 1
                     if self._events.rows >= self.batch_rows:
                         yield "events", self._events.batch()
@@ -562,10 +399,10 @@ class TraceParser:
 
     def _read_lenient(self, skip: int, why: str) -> Iterator[tuple[str, pa.RecordBatch]]:
         """Read the file again with the tolerant reader, from the start,
-        skipping the ``skip`` events the fast path already added. Returns
+        skipping the ``skip`` events yajl already gave. Returns
         the number of items in the event array."""
         self._lenient = True
-        raw = _open_raw(self.path)
+        raw = open_trace(self.path)
         reader = LenientReader(raw, str(self.path), self._set_meta)
         try:
             with raw:
@@ -576,7 +413,7 @@ class TraceParser:
                     if type(ev) is not dict:
                         self.meta.skipped_count += 1
                         continue
-                    self._add(index, ev)
+                    self.add_event(index, ev)
                     for table, cols in (("events", self._events), ("flows", self._flows),
                                         ("counters", self._counters)):
                         if cols.rows >= self.batch_rows:
@@ -599,33 +436,36 @@ class TraceParser:
         )
         return reader.index
 
-    def _add(self, index: int, ev: dict) -> None:
+    def add_event(self, index: int, ev: dict) -> None:
+        """The row rule: event ``index`` of the file (a dict as ijson reads
+        it, numbers with a fraction as Decimals) -> its rows. B slices wait
+        for their E (the whole file's read keeps those never closed)."""
         ph = ev.get("ph")
         if type(ph) is not str:
-            ph = _as_text(ph)
-        ts = _to_ns(ev.get("ts"))
+            ph = as_text(ph)
+        ts = to_ns(ev.get("ts"))
         if ts is not None:
             m = self.meta
             if m.ts_min_ns is None or ts < m.ts_min_ns:
                 m.ts_min_ns = ts
-            end = ts + (_to_ns(ev.get("dur")) or 0)
+            end = ts + (to_ns(ev.get("dur")) or 0)
             if m.ts_max_ns is None or end > m.ts_max_ns:
                 m.ts_max_ns = end
         if ph == "X":
-            self._slice(index, ev, ts, _to_ns(ev.get("dur")), "X")
+            self._slice(index, ev, ts, to_ns(ev.get("dur")), "X")
         elif ph in FLOW_PHASES:
             self._flow(index, ev, ts, ph)
         elif ph == "C":
             self._counter(index, ev, ts)
         elif ph == "B":
-            key = (_pid_text(ev.get("pid")), _pid_text(ev.get("tid")))
+            key = (id_text(ev.get("pid")), id_text(ev.get("tid")))
             self._open.setdefault(key, []).append((index, ev))
         elif ph == "E":
-            key = (_pid_text(ev.get("pid")), _pid_text(ev.get("tid")))
+            key = (id_text(ev.get("pid")), id_text(ev.get("tid")))
             stack = self._open.get(key)
             if stack:
                 b_index, b = stack.pop()
-                b_ts = _to_ns(b.get("ts"))
+                b_ts = to_ns(b.get("ts"))
                 dur = ts - b_ts if ts is not None and b_ts is not None else None
                 args = b.get("args")
                 e_args = ev.get("args")
@@ -647,21 +487,21 @@ class TraceParser:
         c["dur_ns"].append(dur)
         c["ph"].append(ph)
         cat = ev.get("cat")
-        c["cat"].append(cat if cat is None or type(cat) is str else _as_text(cat))
+        c["cat"].append(cat if cat is None or type(cat) is str else as_text(cat))
         name = ev.get("name")
-        c["name"].append(name if name is None or type(name) is str else _as_text(name))
-        c["pid"].append(_pid_text(ev.get("pid")))
-        c["tid"].append(_pid_text(ev.get("tid")))
-        c["id"].append(_id_text(ev.get("id")))
+        c["name"].append(name if name is None or type(name) is str else as_text(name))
+        c["pid"].append(id_text(ev.get("pid")))
+        c["tid"].append(id_text(ev.get("tid")))
+        c["id"].append(id_text(ev.get("id")))
         args = ev.get("args")
         if type(args) is dict and args:
-            for key, col, conv in _ARG_CONVERTERS:
+            for key, col, conv in ARG_CONVERTERS:
                 v = args.get(key)
                 c[col].append(None if v is None else conv(v))
         else:
-            for _key, col, _conv in _ARG_CONVERTERS:
+            for _key, col, _conv in ARG_CONVERTERS:
                 c[col].append(None)
-        c["args"].append(_dump_args(args))
+        c["args"].append(dump_args(args))
         self._events.rows += 1
         self.meta.event_count += 1
 
@@ -670,12 +510,12 @@ class TraceParser:
         c["event_id"].append(index)
         c["ts_ns"].append(ts)
         c["ph"].append(ph)
-        c["id"].append(_id_text(ev.get("id", ev.get("bind_id"))))
-        c["cat"].append(_as_text(ev.get("cat")))
-        c["name"].append(_as_text(ev.get("name")))
-        c["pid"].append(_pid_text(ev.get("pid")))
-        c["tid"].append(_pid_text(ev.get("tid")))
-        c["bp"].append(_as_text(ev.get("bp")))
+        c["id"].append(id_text(ev.get("id", ev.get("bind_id"))))
+        c["cat"].append(as_text(ev.get("cat")))
+        c["name"].append(as_text(ev.get("name")))
+        c["pid"].append(id_text(ev.get("pid")))
+        c["tid"].append(id_text(ev.get("tid")))
+        c["bp"].append(as_text(ev.get("bp")))
         self._flows.rows += 1
         self.meta.flow_count += 1
 
@@ -684,10 +524,10 @@ class TraceParser:
         if type(args) is not dict:
             args = {}
         c = self._counters.cols
-        name = _as_text(ev.get("name"))
-        cat = _as_text(ev.get("cat"))
-        pid, tid = _pid_text(ev.get("pid")), _pid_text(ev.get("tid"))
-        cid = _id_text(ev.get("id"))
+        name = as_text(ev.get("name"))
+        cat = as_text(ev.get("cat"))
+        pid, tid = id_text(ev.get("pid")), id_text(ev.get("tid"))
+        cid = id_text(ev.get("id"))
         for series, value in args.items():
             c["event_id"].append(index)
             c["ts_ns"].append(ts)
@@ -697,7 +537,7 @@ class TraceParser:
             c["tid"].append(tid)
             c["id"].append(cid)
             c["series"].append(str(series))
-            c["value"].append(_as_float(value))
+            c["value"].append(as_float(value))
             self._counters.rows += 1
             self.meta.counter_count += 1
 
@@ -706,7 +546,7 @@ class TraceParser:
         for stack in self._open.values():
             for index, ev in stack:
                 self.meta.unmatched_begin += 1
-                self._slice(index, ev, _to_ns(ev.get("ts")), None, "B")
+                self._slice(index, ev, to_ns(ev.get("ts")), None, "B")
         self._open.clear()
         if self.meta.unmatched_begin or self.meta.unmatched_end:
             self.meta.warnings.append(

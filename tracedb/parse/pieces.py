@@ -1,0 +1,398 @@
+"""Large pretty-printed traces in pieces: split the event array, parse each
+piece on its own (in worker processes when there are cores to spare).
+
+Kineto pretty-prints one event per block that starts with a newline, a fixed
+indent and ``{`` (``\\n  {``). JSON strings cannot hold a raw newline, so
+that sequence is never inside a string; a piece of the event array cut just
+before it is a run of whole events. A cut at the wrong depth makes the piece
+invalid JSON and is caught.
+
+Each piece goes to the C reader (_fastparse.c) first. A piece it declines
+(see ``decline_reason``; benchmarks/declines.py counts them on real traces)
+goes to the reference reader (reader.py): the piece's events decoded
+exactly (ijson, numbers with a fraction as Decimals) and turned into rows by
+the same row rule as a whole file's. What only a whole-file read can do
+raises :class:`NotSplittable`, and the caller reads the file with
+reader.TraceParser: ``B``/``E`` pairs (they may span pieces), input that is
+not strict JSON (the tolerant reader), a file not laid out one event per
+block.
+
+This module knows nothing of DuckDB, Parquet or click.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+import ijson
+import numpy as np
+import pyarrow as pa
+
+from ..schema import ARG_COLUMNS, EVENT_SCHEMA, FLOW_SCHEMA
+from .reader import TraceMeta, TraceParser, drop_bad_span, value_warnings
+from .source import BOM, is_gzip, open_trace
+
+try:
+    from . import _fastparse
+except ImportError:  # not compiled (no C compiler at install): Python only
+    _fastparse = None
+else:
+    if _fastparse.ARG_KEYS != tuple((key, str(typ)) for key, (_col, typ) in ARG_COLUMNS.items()):
+        raise ImportError("tracedb/parse/_fastparse.c does not list schema.ARG_COLUMNS; rebuild it (pip install -e .)")
+
+PIECE_BYTES = 4 << 20
+_HEAD_LIMIT = 64 << 20
+_READ_BYTES = 4 << 20
+_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[(\s*)\{')
+
+
+class NotSplittable(Exception):
+    """The file cannot be read in pieces; read it whole (reader.TraceParser)."""
+
+
+@dataclass
+class Piece:
+    """A run of whole events: bytes and the file index of its first event."""
+
+    number: int
+    data: bytes
+    base: int
+    count: int
+    # Where ``data`` lies in a plain (not gzip) file: offset and length.
+    span: tuple[int, int] | None = None
+
+    def sent(self) -> "Piece":
+        """The piece to hand a worker process: without its bytes when the
+        file holds them as they are (the worker reads them there, cheaper
+        than a pipe: 1 GiB of pieces pickled and piped cost 0.8 s of CPU)."""
+        return self if self.span is None else replace(self, data=b"")
+
+    def received(self, path: str | Path) -> "Piece":
+        """The piece with its bytes, read from ``path`` if it came without."""
+        if self.data or self.span is None:
+            return self
+        offset, length = self.span
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        if len(data) != length:
+            raise NotSplittable(f"piece {self.number}: the file changed while it was read")
+        return replace(self, data=data)
+
+
+@dataclass
+class PieceResult:
+    """What a parsed piece produced (batches, and its share of the meta)."""
+
+    batches: list[tuple[str, pa.RecordBatch]] = field(default_factory=list)
+    json_event_count: int = 0
+    event_count: int = 0
+    flow_count: int = 0
+    counter_count: int = 0
+    skipped_count: int = 0
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+    surrogates: int = 0  # strings with lone surrogates (U+FFFD in their place)
+    out_of_range: int = 0  # values read as NULL (see reader._Columns)
+
+
+# -- splitting ---------------------------------------------------------------
+
+
+def _read(f: io.BufferedIOBase, n: int) -> bytes:
+    """The next ``n`` bytes. A file that cannot be read to its end (a
+    truncated or corrupt gzip, an I/O error) is the whole-file reader's: it
+    says where and what, in the file's error."""
+    try:
+        return f.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        raise NotSplittable(f"cannot read: {e}") from None
+
+
+def count_events(data: bytes, sep: bytes) -> int:
+    """How many times ``sep`` (a newline, an indent, ``{``) occurs in
+    ``data``: the events that start in it. Occurrences cannot overlap (the
+    newline is only first). numpy's compares take a third of the time of
+    ``bytes.count`` (1 ms against 3 for a 4 MB piece), which on a 1 GiB
+    trace ran on the process that feeds the workers."""
+    a = np.frombuffer(data, np.uint8)
+    k = len(sep) - 1
+    at = np.flatnonzero(a[k:] == sep[k])  # where the last byte of a match would start, less k
+    keep = np.ones(len(at), bool)
+    for j in range(k):
+        keep &= a[at + j] == sep[j]
+    return int(np.count_nonzero(keep))
+
+
+class Splitter:
+    """Reads a trace (plain or gzip) once, front to back, and yields its
+    event array as pieces of about ``piece_bytes``; ``head``/``tail`` are the
+    bytes around the array, for the top-level keys."""
+
+    def __init__(self, path: str | Path, piece_bytes: int | None = None):
+        self.path = Path(path)
+        self.piece_bytes = piece_bytes or PIECE_BYTES
+        self.form = "object"
+        self.head = b""
+        self.tail = b""
+
+    def pieces(self) -> Iterator[Piece]:
+        try:
+            f = open_trace(self.path)
+        except OSError as e:
+            raise NotSplittable(f"cannot read: {e}") from None
+        plain = not is_gzip(f)
+        with f:
+            buf = _read(f, min(_READ_BYTES, self.piece_bytes))
+            bom = 3 if buf.startswith(BOM) else 0
+            start, sep = self._find_start(f, buf[bom:])
+            buf = self._buf
+            self.head = buf[:start]
+            buf = buf[start:]
+            number = base = 0
+            carry, at = buf, bom + start  # at: where carry starts in the file
+            read = bom + len(self._buf)  # bytes read so far
+            while True:
+                block = _read(f, self.piece_bytes)
+                if not block:
+                    break
+                cut = block.rfind(sep)
+                read += len(block)
+                if cut < 0:
+                    carry += block
+                    if len(carry) > 8 * self.piece_bytes:
+                        raise NotSplittable("no event boundary in a long stretch")
+                    continue
+                # Cut at the last boundary of this block; it has the last event
+                # of the array only if nothing follows, so keep the remainder.
+                data = carry + block[:cut]
+                count = count_events(data, sep) + 1
+                yield Piece(number, data, base, count, (at, len(data)) if plain else None)
+                carry, at = block[cut + 1:], read - len(block) + cut + 1
+                number += 1
+                base += count
+            buf = carry
+            # The rest: last events, then the end of the array and the tail.
+            end = self._find_end(buf, sep)
+            data, self.tail = buf[:end], buf[end:]
+            if data.strip():
+                yield Piece(number, data, base, count_events(data, sep) + 1, (at, len(data)) if plain else None)
+
+    def _find_start(self, f, buf: bytes) -> tuple[int, bytes]:
+        while True:
+            stripped = buf.lstrip()
+            if stripped[:1] == b"[":
+                self.form = "array"
+                m = re.compile(rb"\s*\[(\s*)\{").match(buf)
+            else:
+                m = _EVENTS_KEY_RE.search(buf)
+            if m:
+                ws = m.group(1)
+                nl = ws.rfind(b"\n")
+                if nl < 0:
+                    raise NotSplittable("events are not one per line")
+                self._buf = buf
+                return m.end() - 1, b"\n" + ws[nl + 1:] + b"{"
+            if len(buf) > _HEAD_LIMIT:
+                raise NotSplittable("no traceEvents array near the start")
+            more = _read(f, min(_READ_BYTES, self.piece_bytes))
+            if not more:
+                raise NotSplittable("no traceEvents array")
+            buf += more
+
+    def _find_end(self, buf: bytes, sep: bytes) -> int:
+        close = b"\n" + sep[1:-1] + b"}"
+        i = len(buf)
+        while True:
+            i = buf.rfind(close, 0, i)
+            if i < 0:
+                raise NotSplittable("cannot find the end of the event array")
+            j = i + len(close)
+            rest = buf[j:].lstrip()
+            if rest[:1] == b"]":
+                after = rest[1:].strip()
+                if self.form == "array" and after == b"":
+                    return j
+                if self.form == "object" and (after == b"}" or after[:1] == b","):
+                    return j
+
+
+def read_tail_keys(tail: bytes, parser: TraceParser) -> None:
+    """Top-level keys after the event array (``], "k": v, ...}``)."""
+    rest = tail.lstrip()[1:].strip()  # drop "]"
+    if rest[:1] != b",":
+        return
+    try:
+        obj = json.loads(b"{" + rest[1:])
+    except ValueError:
+        parser.meta.warnings.append("could not read the top-level keys after traceEvents")
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            parser._set_meta(k, v)
+
+
+# -- parsing a piece ---------------------------------------------------------
+
+
+def parse_piece(piece: Piece, path: str = "<piece>") -> PieceResult:
+    """Parse one piece into record batches (events, flows, counters): the
+    C reader, or where it declines, the reference reader."""
+    data = _events_text(piece)
+    if _fastparse is not None:
+        res = _convert_c(data, piece)
+        if res is not None:
+            return res
+    return _convert_reference(data, piece, path)
+
+
+def decline_reason(piece: Piece) -> str | None:
+    """Why the C reader declines the piece (None: it takes it, or it is
+    not built)."""
+    if _fastparse is None:
+        return None
+    out = _fastparse.parse(_events_text(piece), piece.base)
+    return out if isinstance(out, str) else None
+
+
+def _events_text(piece: Piece) -> bytes:
+    """The piece's events, without the comma after the last."""
+    data = piece.data.rstrip()
+    return data[:-1] if data.endswith(b",") else data
+
+
+def _convert_reference(data: bytes, piece: Piece, path: str) -> PieceResult:
+    """The piece's events decoded exactly and put through the reference
+    reader's row rule (TraceParser.add_event), as the whole file's read
+    would."""
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # as TraceParser.batches: yajl2_c and long integers
+    try:
+        evs = list(ijson.items(io.BytesIO(b"[" + data + b"]"), "item", use_float=False))
+    except (ijson.JSONError, UnicodeDecodeError, RecursionError) as e:
+        raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
+    finally:
+        sys.set_int_max_str_digits(limit)
+    if len(evs) != piece.count:
+        raise NotSplittable(f"piece {piece.number}: {len(evs)} events, expected {piece.count}")
+    p = TraceParser(path)
+    m = p.meta
+    try:
+        for i, ev in enumerate(evs):
+            if type(ev) is not dict:
+                m.skipped_count += 1
+                continue
+            ph = ev.get("ph")
+            if ph == "B" or ph == "E":
+                raise NotSplittable("B/E events (matched across the whole file)")
+            p.add_event(piece.base + i, ev)
+        batches = list(p.flush())
+    except RecursionError:  # args nested too deeply to write: the whole-file read says where
+        raise NotSplittable(f"piece {piece.number}: nested too deeply") from None
+    res = PieceResult(batches, json_event_count=len(evs), event_count=m.event_count, flow_count=m.flow_count,
+                      counter_count=m.counter_count, skipped_count=m.skipped_count,
+                      ts_min_ns=m.ts_min_ns, ts_max_ns=m.ts_max_ns)
+    res.surrogates, res.out_of_range = p.sanitized()
+    return res
+
+
+# -- the C path: _fastparse.c ------------------------------------------------
+
+
+def _convert_c(data: bytes, piece: Piece) -> PieceResult | None:
+    """The piece's batches from _fastparse, or None where it declines (the
+    piece has something out of the common case its source lists)."""
+    out = _fastparse.parse(data, piece.base)
+    if isinstance(out, str):  # why it declined
+        return None
+    count, events, flows, span = out
+    if count != piece.count:
+        raise NotSplittable(f"piece {piece.number}: {count} events, expected {piece.count}")
+    res = PieceResult(json_event_count=count)
+    for table, schema, cols in (("events", EVENT_SCHEMA, events), ("flows", FLOW_SCHEMA, flows)):
+        n = len(cols[0][2]) // 8  # event_id's values
+        if n:
+            arrays = [_from_buffers(f.type, n, col) for f, col in zip(schema, cols)]
+            res.batches.append((table, pa.RecordBatch.from_arrays(arrays, schema=schema)))
+    res.event_count = len(events[0][2]) // 8
+    res.flow_count = len(flows[0][2]) // 8
+    if span is not None:
+        _widen(res, *span)
+    return res
+
+
+def _from_buffers(typ: pa.DataType, n: int, col: tuple) -> pa.Array:
+    """An Arrow array of a column _fastparse wrote: (null count, validity
+    bitmap or None, values, offsets or None)."""
+    nulls, valid, data, offsets = col
+    valid = None if valid is None else pa.py_buffer(valid)
+    if pa.types.is_list(typ):
+        items = pa.Array.from_buffers(pa.int64(), len(data) // 8, [None, pa.py_buffer(data)])
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets)], null_count=nulls, children=[items])
+    if offsets is None:
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(data)], null_count=nulls)
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def merge_meta(meta: TraceMeta, res: PieceResult) -> None:
+    meta.json_event_count += res.json_event_count
+    meta.event_count += res.event_count
+    meta.flow_count += res.flow_count
+    meta.counter_count += res.counter_count
+    meta.skipped_count += res.skipped_count
+    _widen(meta, res.ts_min_ns, res.ts_max_ns)
+
+
+def _widen(span: "PieceResult | TraceMeta", lo: int | None, hi: int | None) -> None:
+    """Widen ``span``'s ts_min_ns/ts_max_ns to take in lo and hi."""
+    if lo is not None and (span.ts_min_ns is None or lo < span.ts_min_ns):
+        span.ts_min_ns = lo
+    if hi is not None and (span.ts_max_ns is None or hi > span.ts_max_ns):
+        span.ts_max_ns = hi
+
+
+class SplitParser:
+    """A file in pieces, with TraceParser's interface: ``pieces()`` to hand
+    out, ``add()`` each result, ``finish()`` once they are parsed; or
+    ``batches()`` to parse them here, one after the other. Raises
+    :class:`NotSplittable` (before or while yielding) when the file needs
+    the whole-file read."""
+
+    def __init__(self, path: str | Path, piece_bytes: int | None = None):
+        self.path = Path(path)
+        self._parser = TraceParser(self.path)
+        self.meta = self._parser.meta
+        self.splitter = Splitter(self.path, piece_bytes)
+        self._surrogates = self._out_of_range = 0
+
+    def pieces(self) -> Iterator[Piece]:
+        yield from self.splitter.pieces()
+
+    def add(self, res: PieceResult) -> None:
+        merge_meta(self.meta, res)
+        self._surrogates += res.surrogates
+        self._out_of_range += res.out_of_range
+
+    def finish(self) -> None:
+        """Top-level keys (head and tail) into ``meta``, and the warnings
+        the whole-file read would give."""
+        self.meta.form = self.splitter.form
+        drop_bad_span(self.meta)
+        if self.splitter.form == "object":
+            self._parser._read_head()
+            read_tail_keys(self.splitter.tail, self._parser)
+        value_warnings(self.meta, self._surrogates, self._out_of_range)
+
+    def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        for piece in self.pieces():
+            res = parse_piece(piece, str(self.path))
+            self.add(res)
+            yield from res.batches
+        self.finish()
