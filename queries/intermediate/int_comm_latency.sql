@@ -2,14 +2,14 @@
 -- size, over all ranks (by_rank false, rank NULL) and per rank (by_rank
 -- true): what comm_latency and comm_latency_by_rank show.
 -- Grain: one row per run, phase, library, collective, size bucket, group size, and rank when by_rank.
--- requires: collectives
+-- requires: int_collectives
 CREATE OR REPLACE VIEW int_comm_latency AS
 WITH ops AS (
     SELECT
         *,
         CASE WHEN msg_bytes > 0 THEN CAST(pow(2, floor(log2(msg_bytes))) AS BIGINT)
              WHEN msg_bytes = 0 THEN 0 END AS msg_bytes_bucket
-    FROM collectives
+    FROM int_collectives
 )
 SELECT
     run,

@@ -2,15 +2,10 @@
 -- the CPU, and the kernels launched in it. `tracedb query step_times --run v2`;
 -- the slowest rank per step: stragglers.
 -- Grain: one row per run, rank, phase, step.
--- requires: int_steps, int_kernel_launches
+-- requires: int_step_times, int_kernel_launches
 -- order by: run, phase, step, rank
 CREATE OR REPLACE VIEW step_times AS
-WITH steps AS (
-    SELECT run, rank, phase, step, min(step_name) AS step_name, min(ts_ns) AS ts_ns, sum(dur_ns) AS dur_ns
-    FROM int_steps
-    GROUP BY run, rank, phase, step
-),
-kernels AS (
+WITH kernels AS (
     SELECT run, rank, phase, step, count(*) AS kernel_count, sum(dur_ns) AS kernel_ns,
            min(ts_ns) AS first_kernel_ns, max(end_ns) AS last_kernel_end_ns
     FROM int_kernel_launches
@@ -35,5 +30,5 @@ SELECT
     coalesce(k.kernel_ns, 0) / 1e3 AS kernel_us,
     -- First start to last end of those kernels, microseconds; NULL without kernels.
     (k.last_kernel_end_ns - k.first_kernel_ns) / 1e3 AS gpu_span_us
-FROM steps s
+FROM int_step_times s
 LEFT JOIN kernels k ON k.run = s.run AND k.rank = s.rank AND k.phase = s.phase AND k.step = s.step;
