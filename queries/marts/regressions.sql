@@ -63,7 +63,7 @@ per_name AS (
 medians AS (
     SELECT run, phase, kind, name, p50_ns
     FROM int_op_percentiles
-    WHERE grain = 'compare' AND (run = base OR run = target)
+    WHERE is_compare_name AND (run = base OR run = target)
 ),
 sides AS (
     SELECT
