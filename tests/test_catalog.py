@@ -51,20 +51,21 @@ def test_migration_numbers_are_gapless(tmp_path: Path):
         load_migrations(tmp_path)
 
 
-def _view(root: Path, layer: str, name: str, body: str, header: str = "-- Something useful.\n") -> None:
+def _view(root: Path, layer: str, name: str, body: str,
+          header: str = "-- Something useful.\n-- Grain: one row per x.\n") -> None:
     (root / layer).mkdir(parents=True, exist_ok=True)
     (root / layer / f"{name}.sql").write_text(header + body)
 
 
 def test_view_dependency_cycle_is_an_error(tmp_path: Path):
-    _view(tmp_path, "staging", "a", "CREATE OR REPLACE VIEW a AS SELECT * FROM b;", "-- A.\n-- requires: b\n")
-    _view(tmp_path, "staging", "b", "CREATE OR REPLACE VIEW b AS SELECT * FROM a;", "-- B.\n-- requires: a\n")
+    _view(tmp_path, "staging", "a", "CREATE OR REPLACE VIEW a AS SELECT * FROM b;", "-- A.\n-- Grain: one row.\n-- requires: b\n")
+    _view(tmp_path, "staging", "b", "CREATE OR REPLACE VIEW b AS SELECT * FROM a;", "-- B.\n-- Grain: one row.\n-- requires: a\n")
     with pytest.raises(ViewError, match="cycle"):
         load_view_files(tmp_path)
 
 
 def test_views_are_ordered_by_requires(tmp_path: Path):
-    _view(tmp_path, "marts", "m", "CREATE OR REPLACE VIEW m AS SELECT * FROM s;", "-- M.\n-- requires: s\n")
+    _view(tmp_path, "marts", "m", "CREATE OR REPLACE VIEW m AS SELECT * FROM s;", "-- M.\n-- Grain: one row.\n-- requires: s\n")
     _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW s AS SELECT 1 AS x;")
     assert [v.name for v in load_view_files(tmp_path)] == ["s", "m"]
 
@@ -76,6 +77,58 @@ def test_view_needs_a_header_and_matching_name(tmp_path: Path):
     _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW t AS SELECT 1 AS x;")
     with pytest.raises(ViewError, match="file name says s"):
         load_view_files(tmp_path)
+
+
+def test_view_without_a_grain_is_refused(tmp_path: Path):
+    _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW s AS SELECT 1 AS x;", header="-- Something useful.\n")
+    with pytest.raises(ViewError, match=r"staging/s\.sql: the header states no grain"):
+        load_view_files(tmp_path)
+
+
+def test_view_reading_a_higher_layer_is_refused(tmp_path: Path):
+    _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW s AS SELECT 1 AS x;")
+    _view(tmp_path, "marts", "m", "CREATE OR REPLACE VIEW m AS SELECT x FROM s;",
+          "-- M.\n-- Grain: one row.\n-- requires: s\n")
+    _view(tmp_path, "intermediate", "i", "CREATE OR REPLACE VIEW i AS SELECT x FROM m;",
+          "-- I.\n-- Grain: one row.\n-- requires: m\n")
+    with pytest.raises(ViewError, match=r"intermediate/i\.sql: intermediate view i reads m, a view of the higher"
+                                        r" layer marts"):
+        load_view_files(tmp_path)
+
+
+def test_requires_must_match_what_the_sql_reads(tmp_path: Path):
+    _view(tmp_path, "staging", "s", "CREATE OR REPLACE VIEW s AS SELECT 1 AS x;")
+    _view(tmp_path, "staging", "t", "CREATE OR REPLACE VIEW t AS SELECT 2 AS x;")
+    # a read the header does not declare (a mart, here: also a higher layer)
+    _view(tmp_path, "marts", "m", "CREATE OR REPLACE VIEW m AS SELECT 1 AS x;")
+    _view(tmp_path, "intermediate", "i",
+          "CREATE OR REPLACE VIEW i AS\n-- from s\nWITH t AS (SELECT x FROM s) SELECT x FROM t JOIN m USING (x);",
+          "-- I.\n-- Grain: one row.\n-- requires: s\n")
+    with pytest.raises(ViewError, match=r"intermediate/i\.sql: reads m without declaring it"):
+        load_view_files(tmp_path)
+    # a declared view it never reads (comments, strings and its own CTE names do not count)
+    _view(tmp_path, "intermediate", "i",
+          "CREATE OR REPLACE VIEW i AS\n-- not m\nWITH t AS (SELECT 'm' AS x FROM s) SELECT x FROM t;",
+          "-- I.\n-- Grain: one row.\n-- requires: s, t\n")
+    with pytest.raises(ViewError, match=r"intermediate/i\.sql: requires t but does not read it"):
+        load_view_files(tmp_path)
+    # declared and read, all below: accepted
+    _view(tmp_path, "intermediate", "i", "CREATE OR REPLACE VIEW i AS SELECT x FROM s UNION ALL SELECT x FROM t;",
+          "-- I.\n-- Grain: one row.\n-- requires: s, t\n")
+    assert [v.name for v in load_view_files(tmp_path)].index("i") > 1
+
+
+def test_the_library_states_grains_and_reads_down():
+    from tracedb.catalog import resource_dir
+    from tracedb.views import LAYERS, reads
+
+    defs = load_view_files(resource_dir("queries"))
+    layer = {v.name: LAYERS.index(v.layer) for v in defs}
+    for v in defs:
+        assert "Grain: one row per" in v.description, v.name
+        assert all(layer[r] <= layer[v.name] for r in reads(v, set(layer))), v.name
+    assert {"int_timed_ops", "int_event_steps", "int_collectives", "int_step_sums"} <= set(layer)
+    assert "stg_timed_ops" not in layer
 
 
 def test_comments_land_in_the_catalog(tmp_path: Path):

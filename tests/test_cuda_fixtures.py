@@ -176,6 +176,31 @@ def test_kernel_launches_match_every_kernel_to_its_launch(cuda_db, key):
         assert len(set(per_replay.values())) == 1 and min(per_replay.values()) > 1
 
 
+def test_kernel_launches_mark_graph_launches(cuda_db):
+    # v1 decode replays a CUDA graph: one cudaGraphLaunch starts many kernels
+    ev, base = events("v1", "decode"), base_ns("v1", "decode")
+    calls = launch_calls(ev)
+    by_launch: dict[int, list[dict]] = defaultdict(list)
+    for k in kernels(ev):
+        by_launch[k["args"]["correlation"]].append(k)
+    want = {}
+    for corr, ks in by_launch.items():
+        graph = calls[corr]["name"] == "cudaGraphLaunch"
+        for pos, k in enumerate(sorted(ks, key=lambda k: ns(k["ts"])), start=1):
+            want[(ns(k["ts"]) + base, corr)] = ("graph", pos) if graph else ("kernel", None)
+    got = {(r[0], r[1]): (r[2], r[3]) for r in cuda_db.sql(
+        "SELECT kernel_ts_ns, correlation, launch_kind, graph_position FROM kernel_launches"
+        " WHERE run = 'v1' AND phase = 'decode'").fetchall()}
+    assert got == want
+    kinds = [w[0] for w in want.values()]
+    assert (len(kinds), kinds.count("graph")) == (304, 272)
+    # 16 graph launches, each with its first kernel at position 1
+    assert sorted(p for _, p in want.values() if p == 1) == [1] * 16
+    # the other traces launch kernel by kernel
+    assert cuda_db.sql("SELECT DISTINCT launch_kind FROM kernel_launches WHERE phase <> 'decode'").fetchall() == [
+        ("kernel",)]
+
+
 @pytest.mark.parametrize("key", KEYS, ids=IDS)
 def test_step_times(cuda_db, key):
     run, phase = key

@@ -149,3 +149,70 @@ def test_collectives_on_torch_traces(demo_runs: Path, demo_db):
             assert g["dur_us"] == pytest.approx(float(e["dur"]))
             assert g["busbw_gbps"] == pytest.approx(nbytes / (float(e["dur"]) * 1e3) * 2 * (2 - 1) / 2)
             assert g["step"] in (1, 2, 3)
+
+
+# -- time outside the profiler steps is no sample --------------------------------
+
+
+def test_one_step_and_ops_outside_it_is_one_sample(tmp_path):
+    # hta's distributed_info_not_found: one ProfilerStep#1009 and CPU ops outside it
+    from marts_fixture import ingest_corpus
+
+    db, events = ingest_corpus(tmp_path, "hta/distributed_info_unavailable/distributed_info_not_found.json.gz", "dinf")
+    (step,) = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    start, end = step["ts"], step["ts"] + step["dur"]
+    outside = [e for e in events if e.get("cat") == "cpu_op" and not start <= e["ts"] < end]
+    assert step["dur"] == 75473 and outside  # ops outside the one step
+    got = {(g["kind"], g["name"]): g for g in rows(db, "SELECT * FROM regressions('dinf', 'dinf')")}
+    s = got[("annotation", "ProfilerStep#*")]
+    assert (s["base_per_step_us"], s["target_per_step_us"], s["status"]) == (75473, 75473, "same")
+    # an op only outside the step: in the totals and apart, in no sample
+    by_name: dict[str, list[dict]] = {}
+    for e in outside:
+        by_name.setdefault(e["name"], []).append(e)
+    for name, evs in by_name.items():
+        if all(not start <= e["ts"] < end for e in events if e.get("cat") == "cpu_op" and e["name"] == name):
+            g = got[("cpu_op", name)]
+            assert g["base_outside_steps_us"] == pytest.approx(sum(e["dur"] for e in evs))
+            assert g["base_total_us"] == pytest.approx(sum(e["dur"] for e in evs))
+            assert g["base_per_step_us"] == 0
+    db.close()
+
+
+def _steady_rank(rank: int, with_item: bool) -> list[dict]:
+    """5 steps of 100 us, each an aten::mm launching one kernel; with_item:
+    one 3 us aten::item after the last step."""
+    ev = []
+    for k in range(5):
+        o, c = k * 100, rank * 100 + k
+        ev += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": o, "dur": 100},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": o + 10, "dur": 50,
+             "args": {"External id": c}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": o + 20, "dur": 5,
+             "args": {"correlation": c, "External id": c}},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": o + 40, "dur": 30,
+             "args": {"correlation": c, "External id": c, "device": 0, "stream": 7}},
+        ]
+    if with_item:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 510, "dur": 3})
+    return ev
+
+
+def test_an_op_after_the_last_step_changes_no_step_time(tmp_path):
+    for run, with_item in (("base", True), ("target", False)):
+        for rank in range(8):
+            write_trace(tmp_path / "runs" / run / f"rank{rank}.json", _steady_rank(rank, with_item))
+    db = tracedb.open(tmp_path / "wh")
+    db.ingest([tmp_path / "runs"], jobs=1)
+    got = {(g["kind"], g["name"]): g for g in rows(db, "SELECT * FROM regressions('base', 'target')")}
+    per_step = {("annotation", "ProfilerStep#*"): 100, ("cpu_op", "aten::mm"): 50, ("kernel", "gemm"): 30}
+    for key, us in per_step.items():
+        g = got[key]
+        assert g["status"] == "same", key
+        assert (g["base_per_step_us"], g["target_per_step_us"], g["delta_per_step_us"]) == (us, us, 0), key
+        assert (g["base_calls"], g["target_calls"]) == (40, 40), key
+    item = got[("cpu_op", "aten::item")]
+    assert (item["status"], item["base_calls"], item["base_outside_steps_us"], item["base_per_step_us"]) == \
+        ("gone", 8, 24, 0)
+    db.close()

@@ -20,11 +20,14 @@ and documents each output column with a comment line right above it::
     sum(dur_ns) / 1e3 AS total_us,
 
 Files hold only ``CREATE OR REPLACE VIEW|MACRO``; they are re-applied on
-every catalog build, in dependency order (a cycle is an error).
+every catalog build, in dependency order (a cycle is an error). The loader
+refuses a view without a ``Grain:`` line, one whose ``requires:`` differs
+from the views its SQL reads, and one that reads a view of a higher layer.
 """
 
 from __future__ import annotations
 
+import graphlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -46,6 +49,11 @@ _CREATE_RE = re.compile(
 )
 _ALIAS_RE = re.compile(r"\bAS\s+\"?(\w+)\"?\s*,?\s*$", re.IGNORECASE)
 _BARE_RE = re.compile(r"^\s*(?:\w+\.)?(\w+)\s*,?\s*$")
+_GRAIN_RE = re.compile(r"^grain\s*:\s*\S", re.IGNORECASE)
+# What is not a name in SQL text: comments, string literals, quoted names.
+_NOT_NAMES_RE = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+_CTE_RE = re.compile(r"\b(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.IGNORECASE)
+_WORD_RE = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 @dataclass
@@ -108,6 +116,8 @@ def parse_view_file(path: Path, layer: str) -> ViewDef:
     description = " ".join(h for h in header if h).strip()
     if not description:
         raise ViewError(f"{path}: missing header comment (what the view answers, its grain)")
+    if not any(_GRAIN_RE.match(h) for h in header):
+        raise ViewError(f"{path}: the header states no grain (a line '-- Grain: one row per ...')")
     docs: dict[str, str] = {}
     pending: list[str] = []
     for line in lines[body_start:]:
@@ -127,7 +137,10 @@ def parse_view_file(path: Path, layer: str) -> ViewDef:
 
 
 def load_view_files(root: Path) -> list[ViewDef]:
-    """All view files under root, ordered so that dependencies come first."""
+    """All view files under root, ordered so that dependencies come first.
+
+    Each view must declare in ``requires:`` exactly the library views its SQL
+    reads, and read none of a higher layer (staging < intermediate < marts)."""
     defs: dict[str, ViewDef] = {}
     for layer in LAYERS:
         d = root / layer
@@ -138,29 +151,44 @@ def load_view_files(root: Path) -> list[ViewDef]:
             if v.name in defs:
                 raise ViewError(f"{path}: {v.name} is also defined in {defs[v.name].path}")
             defs[v.name] = v
+    for v in defs.values():
+        _check_reads(v, defs)
     return _toposort(defs)
 
 
+def reads(v: ViewDef, names: set[str]) -> set[str]:
+    """The views of ``names`` that the SQL of ``v`` reads: the names it
+    mentions outside comments and string literals, less its own common table
+    expressions and itself."""
+    body = _NOT_NAMES_RE.sub(" ", v.sql)
+    ctes = {c.lower() for c in _CTE_RE.findall(body)}
+    words = {w.lower() for w in _WORD_RE.findall(body)}
+    return (words & names) - ctes - {v.name}
+
+
+def _check_reads(v: ViewDef, defs: dict[str, ViewDef]) -> None:
+    for dep in v.requires:
+        if dep not in defs:
+            raise ViewError(f"{v.path}: requires unknown view {dep}")
+    declared = set(v.requires)
+    read = reads(v, set(defs))
+    if read - declared:
+        raise ViewError(f"{v.path}: reads {', '.join(sorted(read - declared))} without declaring it"
+                        " in '-- requires:'")
+    if declared - read:
+        raise ViewError(f"{v.path}: requires {', '.join(sorted(declared - read))} but does not read it")
+    for dep in sorted(declared):
+        if LAYERS.index(defs[dep].layer) > LAYERS.index(v.layer):
+            raise ViewError(f"{v.path}: {v.layer} view {v.name} reads {dep}, a view of the higher layer"
+                            f" {defs[dep].layer}")
+
+
 def _toposort(defs: dict[str, ViewDef]) -> list[ViewDef]:
-    order: list[ViewDef] = []
-    state: dict[str, int] = {}
-
-    def visit(name: str, chain: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            raise ViewError("cycle in queries/: " + " -> ".join([*chain, name]))
-        state[name] = 1
-        for dep in defs[name].requires:
-            if dep not in defs:
-                raise ViewError(f"{defs[name].path}: requires unknown view {dep}")
-            visit(dep, [*chain, name])
-        state[name] = 2
-        order.append(defs[name])
-
-    for name in defs:
-        visit(name, [])
-    return order
+    sorter = graphlib.TopologicalSorter({name: v.requires for name, v in defs.items()})
+    try:
+        return [defs[name] for name in sorter.static_order()]
+    except graphlib.CycleError as e:
+        raise ViewError("cycle in queries/: " + " -> ".join(reversed(e.args[1]))) from None
 
 
 def _macro_columns(con: duckdb.DuckDBPyConnection, v: ViewDef) -> list[tuple[str, str]] | None:

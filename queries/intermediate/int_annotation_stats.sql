@@ -1,17 +1,17 @@
--- Time per user annotation name, over all ranks (by_rank false, rank NULL)
--- and per rank (by_rank true): what annotations and annotations_by_rank show.
--- Grain: one row per run, phase, name, and rank when by_rank.
+-- Time per user annotation name, over all ranks (is_per_rank false, rank NULL)
+-- and per rank (is_per_rank true): what annotations and annotations_by_rank show.
+-- Grain: one row per run, phase, name, and rank when is_per_rank.
 -- requires: int_annotation_calls
 CREATE OR REPLACE VIEW int_annotation_stats AS
 SELECT
     run,
-    -- Rank (by_rank); NULL over all ranks.
+    -- Rank (is_per_rank); NULL over all ranks.
     rank,
     phase,
     -- Annotation name.
     name,
     -- True: one rank; false: all ranks together.
-    GROUPING(rank) = 0 AS by_rank,
+    GROUPING(rank) = 0 AS is_per_rank,
     -- Ranks it ran on.
     count(DISTINCT rank) AS rank_count,
     -- Number of calls.

@@ -1,19 +1,19 @@
 -- Collective latency by library, kind, power-of-two size bucket and group
--- size, over all ranks (by_rank false, rank NULL) and per rank (by_rank
+-- size, over all ranks (is_per_rank false, rank NULL) and per rank (is_per_rank
 -- true): what comm_latency and comm_latency_by_rank show.
--- Grain: one row per run, phase, library, collective, size bucket, group size, and rank when by_rank.
--- requires: collectives
+-- Grain: one row per run, phase, library, collective, size bucket, group size, and rank when is_per_rank.
+-- requires: int_collectives
 CREATE OR REPLACE VIEW int_comm_latency AS
 WITH ops AS (
     SELECT
         *,
         CASE WHEN msg_bytes > 0 THEN CAST(pow(2, floor(log2(msg_bytes))) AS BIGINT)
              WHEN msg_bytes = 0 THEN 0 END AS msg_bytes_bucket
-    FROM collectives
+    FROM int_collectives
 )
 SELECT
     run,
-    -- Rank (by_rank); NULL over all ranks.
+    -- Rank (is_per_rank); NULL over all ranks.
     rank,
     phase,
     -- Communication library (nccl, deepep, gloo, c10d, ...).
@@ -25,7 +25,7 @@ SELECT
     -- Ranks in the process group; NULL when unknown.
     group_size,
     -- True: one rank; false: all ranks together.
-    GROUPING(rank) = 0 AS by_rank,
+    GROUPING(rank) = 0 AS is_per_rank,
     -- Smallest message in the bucket, bytes.
     min(msg_bytes) AS min_msg_bytes,
     -- Largest message in the bucket, bytes.

@@ -1,11 +1,11 @@
 -- Kernels, CPU ops and annotations ranked by total time, in microseconds:
--- over all ranks of a run and phase (grain 'run': hotspots) and per rank
--- (grain 'rank': hotspots_by_rank).
--- Grain: one row per grain, run, rank (grain 'rank'; else NULL), phase, kind and name.
+-- over all ranks of a run and phase (is_per_rank false: hotspots) and per
+-- rank (is_per_rank true: hotspots_by_rank).
+-- Grain: one row per run, phase, kind and name, and rank when is_per_rank.
 -- requires: int_op_stats
 CREATE OR REPLACE VIEW int_hotspots AS
 SELECT
-    grain, run, rank, phase, kind,
+    is_per_rank, run, rank, phase, kind,
     -- Kernel / op / annotation name.
     name,
     -- Number of ranks it ran on.
@@ -24,7 +24,6 @@ SELECT
     p95_ns / 1e3 AS p95_us,
     -- Longest duration, microseconds.
     max_ns / 1e3 AS max_us,
-    -- Share of the total time of this kind in the run and phase (grain 'rank': and rank), percent.
-    100.0 * total_ns / sum(total_ns) OVER (PARTITION BY grain, run, rank, phase, kind) AS pct_of_total
-FROM int_op_stats
-WHERE grain IN ('run', 'rank');
+    -- Share of the total time of this kind in the run and phase (is_per_rank: and rank), percent.
+    100.0 * total_ns / sum(total_ns) OVER (PARTITION BY is_per_rank, run, rank, phase, kind) AS pct_of_total
+FROM int_op_stats;

@@ -1,13 +1,13 @@
 -- Latency of the spans matching a name or SQL LIKE pattern, over all ranks
--- (by_rank false, rank NULL) and per rank (by_rank true): what latency and
+-- (is_per_rank false, rank NULL) and per rank (is_per_rank true): what latency and
 -- latency_by_rank show.
--- Grain: one row per run, phase, kind, clock, and rank when by_rank.
+-- Grain: one row per run, phase, kind, clock, and rank when is_per_rank.
 -- param span: span name or SQL LIKE pattern (default 'ProfilerStep#%': the profiler steps)
 -- requires: int_latency_spans
 CREATE OR REPLACE MACRO int_latency(span := 'ProfilerStep#%') AS TABLE
 SELECT
     run,
-    -- Rank (by_rank); NULL over all ranks.
+    -- Rank (is_per_rank); NULL over all ranks.
     rank,
     phase,
     -- timer, annotation, cpu_op or kernel.
@@ -17,7 +17,7 @@ SELECT
     -- The name or pattern asked for.
     span AS span_pattern,
     -- True: one rank; false: all ranks together.
-    GROUPING(rank) = 0 AS by_rank,
+    GROUPING(rank) = 0 AS is_per_rank,
     -- Distinct names matched.
     count(DISTINCT name) AS name_count,
     -- Ranks the spans ran on.

@@ -4,7 +4,7 @@
 -- cuda_event or wall). Different clocks are different quantities: the
 -- latency views keep them apart.
 -- Grain: one row per span.
--- requires: int_op_durations, stg_timer_spans
+-- requires: int_timed_ops, stg_timer_spans
 CREATE OR REPLACE VIEW int_latency_spans AS
 SELECT
     run, rank, phase,
@@ -16,6 +16,6 @@ SELECT
     name,
     -- Duration, nanoseconds.
     dur_ns
-FROM int_op_durations
+FROM int_timed_ops
 UNION ALL
 SELECT run, rank, phase, 'timer' AS kind, clock, name, dur_ns FROM stg_timer_spans;

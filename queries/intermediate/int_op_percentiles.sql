@@ -1,18 +1,19 @@
 -- Exact duration percentiles of every timed operation, read from the
 -- per-trace duration counts (int_op_dur_counts), not the events: linear
 -- interpolation between the closest ranks, as quantile_cont computes them.
--- Three grains: over all ranks ('run'), per rank ('rank'), and over all ranks
--- with every ProfilerStep#N as one name, ProfilerStep#* ('compare').
--- Grain: one row per grain, run, rank (grain 'rank'; else NULL), phase, kind and name.
+-- Three grains, told apart by two flags: over all ranks (both false), per
+-- rank (is_per_rank), and over all ranks with every ProfilerStep#N as one
+-- name, ProfilerStep#* (is_compare_name: what regressions compares).
+-- Grain: one row per run, phase, kind and name, and rank when is_per_rank, for each of the three grains.
 -- requires: int_op_dur_counts
 CREATE OR REPLACE VIEW int_op_percentiles AS
 WITH grains AS (
-    SELECT * FROM (VALUES ('run'), ('rank'), ('compare')) AS t(grain)
+    SELECT * FROM (VALUES (false, false), (true, false), (false, true)) AS t(is_per_rank, is_compare_name)
 ),
 counts AS (
     SELECT
-        g.grain, c.run, CASE WHEN g.grain = 'rank' THEN c.rank END AS grain_rank, c.phase, c.kind,
-        CASE WHEN g.grain = 'compare' THEN c.compare_name ELSE c.name END AS op_name,
+        g.is_per_rank, g.is_compare_name, c.run, CASE WHEN g.is_per_rank THEN c.rank END AS grain_rank, c.phase,
+        c.kind, CASE WHEN g.is_compare_name THEN c.compare_name ELSE c.name END AS op_name,
         c.dur_ns,
         CAST(sum(c.calls) AS BIGINT) AS calls
     FROM int_op_dur_counts c CROSS JOIN grains g
@@ -21,9 +22,11 @@ counts AS (
 cumulative AS (
     SELECT
         *,
-        CAST(sum(calls) OVER (PARTITION BY grain, run, grain_rank, phase, kind, op_name ORDER BY dur_ns
+        CAST(sum(calls) OVER (PARTITION BY is_per_rank, is_compare_name, run, grain_rank, phase, kind, op_name
+                              ORDER BY dur_ns
                               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS below,
-        CAST(sum(calls) OVER (PARTITION BY grain, run, grain_rank, phase, kind, op_name) AS BIGINT) AS total
+        CAST(sum(calls) OVER (PARTITION BY is_per_rank, is_compare_name, run, grain_rank, phase, kind, op_name)
+                  AS BIGINT) AS total
     FROM counts
 ),
 -- The durations at the 0-based positions floor(q (n - 1)) and ceil(q (n - 1))
@@ -31,20 +34,22 @@ cumulative AS (
 -- than the position.
 closest AS (
     SELECT
-        grain, run, grain_rank, phase, kind, op_name,
+        is_per_rank, is_compare_name, run, grain_rank, phase, kind, op_name,
         any_value(total) AS n,
         min(dur_ns) FILTER (WHERE below > floor(0.5 * (total - 1))) AS p50_lo,
         min(dur_ns) FILTER (WHERE below > ceil(0.5 * (total - 1))) AS p50_hi,
         min(dur_ns) FILTER (WHERE below > floor(0.95 * (total - 1))) AS p95_lo,
         min(dur_ns) FILTER (WHERE below > ceil(0.95 * (total - 1))) AS p95_hi
     FROM cumulative
-    GROUP BY grain, run, grain_rank, phase, kind, op_name
+    GROUP BY is_per_rank, is_compare_name, run, grain_rank, phase, kind, op_name
 )
 SELECT
-    -- run (all ranks), rank (one rank) or compare (all ranks, steps as ProfilerStep#*).
-    grain,
+    -- True: one rank; false: all ranks together.
+    is_per_rank,
+    -- True: over all ranks, every ProfilerStep#N named ProfilerStep#* (regressions); false: by name.
+    is_compare_name,
     run,
-    -- Rank (grain 'rank'); NULL otherwise.
+    -- Rank (is_per_rank); NULL otherwise.
     grain_rank AS rank,
     phase,
     -- kernel, cpu_op or annotation.

@@ -1,13 +1,13 @@
 -- Calls, total, self and longest time of every timed operation from the
 -- per-trace sums (int_op_step_sums), with its exact percentiles
--- (int_op_percentiles): what hotspots reads, over all ranks (grain 'run') and
--- per rank (grain 'rank').
--- Grain: one row per grain, run, rank (grain 'rank'; else NULL), phase, kind and name.
+-- (int_op_percentiles): what hotspots reads, over all ranks (is_per_rank
+-- false, rank NULL) and per rank (is_per_rank true).
+-- Grain: one row per run, phase, kind and name, and rank when is_per_rank.
 -- requires: int_op_step_sums, int_op_percentiles
 CREATE OR REPLACE VIEW int_op_stats AS
 WITH sums AS (
     SELECT
-        CASE WHEN GROUPING(rank) = 0 THEN 'rank' ELSE 'run' END AS grain,
+        GROUPING(rank) = 0 AS is_per_rank,
         run, rank, phase, kind, name,
         count(DISTINCT rank) AS rank_count,
         sum(calls) AS calls,
@@ -18,10 +18,10 @@ WITH sums AS (
     GROUP BY GROUPING SETS ((run, phase, kind, name), (run, rank, phase, kind, name))
 )
 SELECT
-    -- run (all ranks) or rank (one rank).
-    s.grain,
+    -- True: one rank; false: all ranks together.
+    s.is_per_rank,
     s.run,
-    -- Rank (grain 'rank'); NULL otherwise.
+    -- Rank (is_per_rank); NULL otherwise.
     s.rank,
     s.phase,
     -- kernel, cpu_op or annotation.
@@ -42,5 +42,5 @@ SELECT
     p.p95_ns
 FROM sums s
 JOIN int_op_percentiles p
-  ON p.grain = s.grain AND p.run = s.run AND p.rank IS NOT DISTINCT FROM s.rank AND p.phase = s.phase
+  ON p.is_per_rank = s.is_per_rank AND NOT p.is_compare_name AND p.run = s.run AND p.rank IS NOT DISTINCT FROM s.rank AND p.phase = s.phase
  AND p.kind = s.kind AND p.name = s.name;

@@ -2,25 +2,25 @@
 -- compute kernels, of communication kernels, and of both, per trace file and
 -- device, summed. Overlap = compute + comm - union of both (exact). overlap
 -- and overlap_by_step show it.
--- Grain: one row per run, rank, phase, by_step and step (step NULL when not by_step).
+-- Grain: one row per run, rank, phase, is_per_step and step (step NULL when not is_per_step).
 -- requires: int_overlap_sums
 CREATE OR REPLACE VIEW int_overlap AS
 WITH sums AS (
     SELECT
-        run, rank, phase, by_step, step,
+        run, rank, phase, is_per_step, step,
         sum(compute_ns) AS compute_ns,
         sum(comm_ns) AS comm_ns,
         sum(kernel_ns) AS kernel_ns,
         sum(compute_kernel_count) AS compute_kernel_count,
         sum(comm_kernel_count) AS comm_kernel_count
     FROM int_overlap_sums
-    GROUP BY run, rank, phase, by_step, step
+    GROUP BY run, rank, phase, is_per_step, step
 )
 SELECT
     run, rank, phase,
     -- True: per profiler step (kernels by the step of their launch call).
-    by_step,
-    -- Profiler step (ProfilerStep#N) when by_step; NULL otherwise, or for kernels launched outside steps.
+    is_per_step,
+    -- Profiler step (ProfilerStep#N) when is_per_step; NULL otherwise, or for kernels launched outside steps.
     step,
     -- Union of compute kernels (every kernel comm_patterns does not match), microseconds.
     compute_ns / 1e3 AS compute_us,

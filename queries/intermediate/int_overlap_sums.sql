@@ -4,20 +4,20 @@
 -- latest end before it (the union of intervals, exactly; the same unions as
 -- int_gpu_islands, without building the islands). Computed once per trace
 -- at ingest; int_overlap adds the files of a run, rank and phase together.
--- Grain: one row per trace file, by_step and step.
+-- Grain: one row per trace file, is_per_step and step.
 -- requires: int_gpu_activity
 -- materialize: per trace
 CREATE OR REPLACE VIEW int_overlap_sums AS
 WITH scopes AS (
-    SELECT scope, by_step
+    SELECT scope, is_per_step
     FROM (VALUES ('compute', false), ('comm', false), ('kernel', false),
-                 ('compute', true), ('comm', true), ('kernel', true)) AS t(scope, by_step)
+                 ('compute', true), ('comm', true), ('kernel', true)) AS t(scope, is_per_step)
 ),
 intervals AS (
     -- each kernel in its own scope (compute or comm) and in kernel (both)
     SELECT
-        a.run, a.rank, a.phase, a.file_id, a.device, s.scope, s.by_step,
-        CASE WHEN s.by_step THEN a.step END AS step,
+        a.run, a.rank, a.phase, a.file_id, a.device, s.scope, s.is_per_step,
+        CASE WHEN s.is_per_step THEN a.step END AS step,
         a.ts_ns, a.end_ns
     FROM int_gpu_activity a
     JOIN scopes s ON a.activity IN ('compute', 'comm') AND s.scope IN (a.activity, 'kernel')
@@ -26,7 +26,7 @@ marked AS (
     SELECT
         *,
         max(end_ns) OVER (
-            PARTITION BY file_id, device, scope, by_step, step
+            PARTITION BY file_id, device, scope, is_per_step, step
             ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
         ) AS prev_end_ns
     FROM intervals
@@ -38,8 +38,8 @@ added AS (
 SELECT
     run, rank, phase, file_id,
     -- True: per profiler step (kernels by the step of their launch call).
-    by_step,
-    -- Profiler step when by_step; NULL otherwise, or for kernels launched outside steps.
+    is_per_step,
+    -- Profiler step when is_per_step; NULL otherwise, or for kernels launched outside steps.
     step,
     -- Union of compute kernels, nanoseconds.
     CAST(coalesce(sum(new_ns) FILTER (WHERE scope = 'compute'), 0) AS BIGINT) AS compute_ns,
@@ -52,4 +52,4 @@ SELECT
     -- Communication kernels.
     count(*) FILTER (WHERE scope = 'comm') AS comm_kernel_count
 FROM added
-GROUP BY run, rank, phase, file_id, by_step, step;
+GROUP BY run, rank, phase, file_id, is_per_step, step;

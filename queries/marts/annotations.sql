@@ -10,4 +10,4 @@ CREATE OR REPLACE VIEW annotations AS
 SELECT run, phase, name, rank_count, calls, cpu_total_us, cpu_avg_us, cpu_p50_us, cpu_max_us, cpu_self_us,
     kernel_count, gpu_kernel_us, gpu_kernel_avg_us
 FROM int_annotation_stats
-WHERE NOT by_rank;
+WHERE NOT is_per_rank;

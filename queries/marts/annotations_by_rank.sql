@@ -7,4 +7,4 @@ CREATE OR REPLACE VIEW annotations_by_rank AS
 SELECT run, rank, phase, name, calls, cpu_total_us, cpu_avg_us, cpu_p50_us, cpu_max_us, cpu_self_us,
     kernel_count, gpu_kernel_us, gpu_kernel_avg_us
 FROM int_annotation_stats
-WHERE by_rank;
+WHERE is_per_rank;

@@ -13,7 +13,7 @@ slowest AS (
     SELECT run, phase, library, collective, msg_bytes_bucket, group_size,
            arg_max(rank, (avg_us, -rank)) AS slowest_rank, max(avg_us) AS slowest_rank_avg_us
     FROM lat
-    WHERE by_rank
+    WHERE is_per_rank
     GROUP BY run, phase, library, collective, msg_bytes_bucket, group_size
 )
 SELECT
@@ -28,4 +28,4 @@ JOIN slowest w
   ON w.run = s.run AND w.phase = s.phase AND w.library = s.library AND w.collective = s.collective
  AND w.msg_bytes_bucket IS NOT DISTINCT FROM s.msg_bytes_bucket
  AND w.group_size IS NOT DISTINCT FROM s.group_size
-WHERE NOT s.by_rank;
+WHERE NOT s.is_per_rank;

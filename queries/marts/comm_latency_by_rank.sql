@@ -7,4 +7,4 @@ CREATE OR REPLACE VIEW comm_latency_by_rank AS
 SELECT run, rank, phase, library, collective, msg_bytes_bucket, group_size, min_msg_bytes, max_msg_bytes,
     calls, avg_us, p50_us, p95_us, p99_us, max_us, algbw_gbps, busbw_gbps
 FROM int_comm_latency
-WHERE by_rank;
+WHERE is_per_rank;

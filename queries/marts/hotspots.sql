@@ -14,4 +14,4 @@ SELECT
     -- Share of the total time of this kind in the run and phase, percent.
     pct_of_total
 FROM int_hotspots
-WHERE grain = 'run';
+WHERE NOT is_per_rank;

@@ -13,4 +13,4 @@ SELECT
     -- Share of the total time of this kind in the run, rank and phase, percent.
     pct_of_total
 FROM int_hotspots
-WHERE grain = 'rank';
+WHERE is_per_rank;

@@ -11,4 +11,4 @@
 CREATE OR REPLACE MACRO latency(span := 'ProfilerStep#%') AS TABLE
 SELECT run, phase, kind, clock, span_pattern, name_count, rank_count, calls, avg_us, p50_us, p95_us, p99_us, min_us, max_us
 FROM int_latency(span := span)
-WHERE NOT by_rank;
+WHERE NOT is_per_rank;

@@ -8,4 +8,4 @@
 CREATE OR REPLACE MACRO latency_by_rank(span := 'ProfilerStep#%') AS TABLE
 SELECT run, rank, phase, kind, clock, span_pattern, name_count, calls, avg_us, p50_us, p95_us, p99_us, min_us, max_us
 FROM int_latency(span := span)
-WHERE by_rank;
+WHERE is_per_rank;

@@ -11,4 +11,4 @@ CREATE OR REPLACE VIEW overlap AS
 SELECT run, rank, phase, compute_us, comm_us, overlap_us, exposed_comm_us, comm_hidden_pct, kernel_busy_us,
     compute_kernel_count, comm_kernel_count
 FROM int_overlap
-WHERE NOT by_step;
+WHERE NOT is_per_step;

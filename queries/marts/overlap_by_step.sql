@@ -8,4 +8,4 @@ CREATE OR REPLACE VIEW overlap_by_step AS
 SELECT run, rank, phase, step, compute_us, comm_us, overlap_us, exposed_comm_us, comm_hidden_pct, kernel_busy_us,
     compute_kernel_count, comm_kernel_count
 FROM int_overlap
-WHERE by_step;
+WHERE is_per_step;

@@ -3,7 +3,10 @@
 -- change of the time per sample, and a status: new, gone, slower, faster or
 -- same. A sample is one profiler step of one rank (a whole trace file when it
 -- has no steps), so runs that profiled different numbers of steps or ranks
--- still compare. Timings are noisy: slower/faster only when the change is at
+-- still compare. In a trace with steps, what ran outside them (warm-up
+-- before the first step, a sync after the last) is no sample: it counts in
+-- calls and total time but not in the time per sample, and is shown apart
+-- (base_outside_steps_us, target_outside_steps_us). Timings are noisy: slower/faster only when the change is at
 -- least min_change_pct and more than noise_z standard errors of the
 -- difference of the means (from the spread across steps and ranks; with one
 -- sample per side only the relative threshold applies). ProfilerStep#N
@@ -32,27 +35,43 @@ WITH per_sample AS (
     WHERE (run = base OR run = target) AND compare_name = 'ProfilerStep#*'
     GROUP BY ALL
 ),
+-- Rows outside the steps of a trace file that has steps: not a sample.
+stepped_files AS (
+    SELECT DISTINCT file_id
+    FROM int_op_step_sums
+    WHERE (run = base OR run = target) AND step IS NOT NULL
+),
+marked AS (
+    SELECT p.*, p.step IS NULL AND f.file_id IS NOT NULL AS is_outside_steps
+    FROM per_sample p
+    LEFT JOIN stepped_files f ON f.file_id = p.file_id
+),
 samples AS (
     SELECT run, phase, count(*) AS sample_count
-    FROM (SELECT DISTINCT run, phase, rank, file_id, step FROM per_sample)
+    FROM (SELECT DISTINCT run, phase, rank, file_id, step FROM marked WHERE NOT is_outside_steps)
     GROUP BY run, phase
 ),
 per_name AS (
-    SELECT run, phase, kind, name, sum(calls) AS calls, sum(ns) AS total_ns, sum(CAST(ns AS DOUBLE) * ns) AS sum_sq
-    FROM per_sample
+    SELECT
+        run, phase, kind, name, sum(calls) AS calls, sum(ns) AS total_ns,
+        coalesce(sum(ns) FILTER (WHERE NOT is_outside_steps), 0) AS sampled_ns,
+        sum(CAST(ns AS DOUBLE) * ns) FILTER (WHERE NOT is_outside_steps) AS sum_sq,
+        coalesce(sum(ns) FILTER (WHERE is_outside_steps), 0) AS outside_ns
+    FROM marked
     GROUP BY run, phase, kind, name
 ),
 medians AS (
     SELECT run, phase, kind, name, p50_ns
     FROM int_op_percentiles
-    WHERE grain = 'compare' AND (run = base OR run = target)
+    WHERE is_compare_name AND (run = base OR run = target)
 ),
 sides AS (
     SELECT
-        n.run, n.phase, n.kind, n.name, n.calls, n.total_ns, m.p50_ns, s.sample_count,
-        n.total_ns / s.sample_count AS mean_ns,
+        n.run, n.phase, n.kind, n.name, n.calls, n.total_ns, n.outside_ns, m.p50_ns, s.sample_count,
+        n.sampled_ns / s.sample_count AS mean_ns,
         CASE WHEN s.sample_count > 1 THEN greatest(0.0,
-            (n.sum_sq - CAST(n.total_ns AS DOUBLE) * n.total_ns / s.sample_count) / (s.sample_count - 1)) END AS var_ns2
+            (coalesce(n.sum_sq, 0) - CAST(n.sampled_ns AS DOUBLE) * n.sampled_ns / s.sample_count)
+            / (s.sample_count - 1)) END AS var_ns2
     FROM per_name n
     JOIN medians m ON m.run = n.run AND m.phase = n.phase AND m.kind = n.kind AND m.name = n.name
     JOIN samples s ON s.run = n.run AND s.phase = n.phase
@@ -66,6 +85,8 @@ paired AS (
         coalesce(t.calls, 0) AS target_calls,
         coalesce(b.total_ns, 0) AS base_total_ns,
         coalesce(t.total_ns, 0) AS target_total_ns,
+        coalesce(b.outside_ns, 0) AS base_outside_ns,
+        coalesce(t.outside_ns, 0) AS target_outside_ns,
         b.p50_ns AS base_p50_ns,
         t.p50_ns AS target_p50_ns,
         coalesce(b.mean_ns, 0) AS base_mean_ns,
@@ -104,11 +125,15 @@ SELECT
     base_total_ns / 1e3 AS base_total_us,
     -- Summed time in the target run, microseconds.
     target_total_ns / 1e3 AS target_total_us,
+    -- Of base_total_us, the time outside the profiler steps of traces that have steps (in no sample), microseconds.
+    base_outside_ns / 1e3 AS base_outside_steps_us,
+    -- Of target_total_us, the time outside the profiler steps of traces that have steps, microseconds.
+    target_outside_ns / 1e3 AS target_outside_steps_us,
     -- Median duration per call in the base run, microseconds.
     base_p50_ns / 1e3 AS base_p50_us,
     -- Median duration per call in the target run, microseconds.
     target_p50_ns / 1e3 AS target_p50_us,
-    -- Mean time per sample (rank and step) in the base run, microseconds.
+    -- Mean time per sample (rank and step; outside-step time left out) in the base run, microseconds.
     base_mean_ns / 1e3 AS base_per_step_us,
     -- Mean time per sample in the target run, microseconds.
     target_mean_ns / 1e3 AS target_per_step_us,

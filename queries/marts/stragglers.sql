@@ -2,10 +2,15 @@
 -- step time, the median over ranks and the excess of the slowest over the
 -- median. `tracedb query stragglers --run v2`
 -- Grain: one row per run, phase, step.
--- requires: step_times
+-- requires: int_step_sums
 -- order by: excess_us DESC, run, phase, step
 CREATE OR REPLACE VIEW stragglers AS
-WITH per_step AS (
+WITH steps AS (
+    SELECT run, rank, phase, step, sum(dur_ns) / 1e3 AS dur_us
+    FROM int_step_sums
+    GROUP BY run, rank, phase, step
+),
+per_step AS (
     SELECT
         run, phase, step,
         count(*) AS rank_count,
@@ -14,7 +19,7 @@ WITH per_step AS (
         quantile_cont(dur_us, 0.5) AS median_us,
         arg_min(rank, (dur_us, rank)) AS fastest_rank,
         min(dur_us) AS fastest_us
-    FROM step_times
+    FROM steps
     GROUP BY run, phase, step
 )
 SELECT

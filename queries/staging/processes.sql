@@ -1,5 +1,5 @@
--- Process names and labels from the trace's metadata events (ph M): one row
--- per run, rank, phase, file and pid.
+-- Process names and labels from the trace's metadata events (ph M).
+-- Grain: one row per run, rank, phase, trace file and pid.
 CREATE OR REPLACE VIEW processes AS
 SELECT
     run,

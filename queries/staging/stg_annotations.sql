@@ -1,6 +1,6 @@
 -- User annotations (record_function ranges such as ProfilerStep#N or
--- DualPipe's attn(F)), on the CPU and their GPU projections: one row per
--- range.
+-- DualPipe's attn(F)), on the CPU and their GPU projections.
+-- Grain: one row per annotation range.
 CREATE OR REPLACE VIEW stg_annotations AS
 SELECT
     run,

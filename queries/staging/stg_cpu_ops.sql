@@ -1,5 +1,6 @@
--- CPU operators (aten::*, autograd, c10d::*, ...): one row per op call, with
--- its self time (time not spent in child slices on the same thread).
+-- CPU operators (aten::*, autograd, c10d::*, ...) with their self time
+-- (time not spent in child slices on the same thread).
+-- Grain: one row per op call.
 CREATE OR REPLACE VIEW stg_cpu_ops AS
 SELECT
     run,

@@ -1,6 +1,6 @@
--- GPU kernels (CUDA, ROCm; MTIA device ops), typed and renamed: one row per
--- kernel execution. Kineto writes them with cat 'kernel' on pid = device,
--- tid = stream.
+-- GPU kernels (CUDA, ROCm; MTIA device ops), typed and renamed. Kineto
+-- writes them with cat 'kernel' on pid = device, tid = stream.
+-- Grain: one row per kernel execution.
 CREATE OR REPLACE VIEW stg_kernels AS
 SELECT
     run,

@@ -1,4 +1,5 @@
--- GPU memory copies and sets: one row per copy or memset on the device.
+-- GPU memory copies and sets on the device.
+-- Grain: one row per copy or memset.
 CREATE OR REPLACE VIEW stg_memcpy AS
 SELECT
     run,

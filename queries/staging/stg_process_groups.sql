@@ -1,6 +1,7 @@
 -- Process groups each trace file declares (distributedInfo.pg_config), with
--- the backend and world size: one row per trace file and process group (one
--- row with NULL pg_name when the trace declares none).
+-- the backend and world size (one row with NULL pg_name when the trace
+-- declares none).
+-- Grain: one row per trace file and process group.
 CREATE OR REPLACE VIEW stg_process_groups AS
 WITH info AS (
     SELECT run, rank, phase, file_id, distributed_info AS d

@@ -1,5 +1,6 @@
 -- CUDA/HIP/MTIA runtime and driver API calls on the CPU (cudaLaunchKernel,
--- cudaMemcpyAsync, ...): one row per call.
+-- cudaMemcpyAsync, ...).
+-- Grain: one row per call.
 CREATE OR REPLACE VIEW stg_runtime_calls AS
 SELECT
     run,

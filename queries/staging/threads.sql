@@ -1,5 +1,5 @@
--- Thread names from the trace's metadata events (ph M): one row per run,
--- rank, phase, file, pid and tid.
+-- Thread names from the trace's metadata events (ph M).
+-- Grain: one row per run, rank, phase, trace file, pid and tid.
 CREATE OR REPLACE VIEW threads AS
 SELECT
     run,

@@ -3,7 +3,7 @@
 -- under. The base of int_op_steps and of the duration counts.
 -- Grain: one row per kernel, CPU op or annotation.
 -- requires: stg_kernels, stg_cpu_ops, stg_annotations
-CREATE OR REPLACE VIEW stg_timed_ops AS
+CREATE OR REPLACE VIEW int_timed_ops AS
 SELECT
     run, rank, phase, file_id, event_id,
     -- kernel, cpu_op or annotation.
