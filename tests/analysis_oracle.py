@@ -1,0 +1,56 @@
+"""Plain-Python answers for the analysis marts (idle_breakdown, queue_length,
+memory_bandwidth, kernel_sequences, gpu_annotations, memory_timeline,
+cupti_counters), computed over a trace's event dicts as json.load gives
+them: the independent side of tests/test_marts_analysis.py. Nothing here
+imports tracedb or duckdb; every rule is written from the definitions in
+docs/analysis.md, not from the SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+from marts_oracle import KERNEL_CATS, launch_calls, ns, slices
+
+COPY_CATS = {"gpu_memcpy", "gpu_memset"}
+FULL_QUEUE = 1024
+KERNEL_WAIT_NS = 30
+
+
+def stream_ops(events: list[dict]) -> dict[tuple, list[dict]]:
+    """(device, stream) -> its kernels, copies and sets in start order, each
+    {name, cat, ts, end, bytes, launch (ns of the launch call start or None)}."""
+    calls = launch_calls(events)
+    per: dict[tuple, list[tuple]] = defaultdict(list)
+    for i, e in enumerate(events):
+        if e.get("ph") != "X" or "dur" not in e or str(e.get("cat", "")).lower() not in KERNEL_CATS | COPY_CATS:
+            continue
+        a = e.get("args") or {}
+        call = calls.get(a.get("correlation"))
+        op = {"name": e["name"], "cat": e["cat"].lower(), "ts": ns(e["ts"]), "end": ns(e["ts"]) + ns(e["dur"]),
+              "bytes": a.get("bytes"), "launch": ns(call["ts"]) if call else None}
+        per[(a.get("device", e["pid"]), a.get("stream", e["tid"]))].append((op["ts"], i, op))
+    return {k: [op for _, _, op in sorted(v, key=lambda t: t[:2])] for k, v in per.items()}
+
+
+def idle_breakdown(events: list[dict]) -> dict[tuple, dict]:
+    """(device, stream, category) -> {count, idle_ns, max_ns} of the gaps
+    between consecutive operations of a stream."""
+    out: dict[tuple, dict] = {}
+    for (dev, stream), ops in stream_ops(events).items():
+        for prev, op in zip(ops, ops[1:]):
+            gap = op["ts"] - prev["end"]
+            if gap <= 0:
+                continue
+            if op["launch"] is not None and op["launch"] > prev["end"]:
+                cat = "host_wait"
+            elif gap < KERNEL_WAIT_NS:
+                cat = "kernel_wait"
+            else:
+                cat = "other"
+            r = out.setdefault((dev, stream, cat), {"count": 0, "idle_ns": 0, "max_ns": 0})
+            r["count"] += 1
+            r["idle_ns"] += gap
+            r["max_ns"] = max(r["max_ns"], gap)
+    return out
