@@ -54,3 +54,55 @@ def idle_breakdown(events: list[dict]) -> dict[tuple, dict]:
             r["idle_ns"] += gap
             r["max_ns"] = max(r["max_ns"], gap)
     return out
+
+
+def queue_steps(events: list[dict]) -> dict[tuple, list[tuple[int, int, int]]]:
+    """(device, stream) -> [(start ns, end ns, queue length)]: operations with
+    a launch call, counted from the call's start to the operation's end."""
+    out = {}
+    for key, ops in stream_ops(events).items():
+        delta: Counter = Counter()
+        for op in ops:
+            if op["launch"] is not None:
+                delta[op["launch"]] += 1
+                delta[op["end"]] -= 1
+        times = sorted(delta)
+        level, steps_ = 0, []
+        for t, nxt in zip(times, times[1:]):
+            level += delta[t]
+            steps_.append((t, nxt, level))
+        if steps_:
+            out[key] = steps_
+    return out
+
+
+def queue_summary(events: list[dict]) -> dict[tuple, dict]:
+    out = {}
+    for key, st in queue_steps(events).items():
+        span = sum(e - s for s, e, _ in st)
+        top = max(q for _, _, q in st)
+        out[key] = {"span_ns": span, "mean": sum((e - s) * q for s, e, q in st) / span, "max": top,
+                    "at_max_ns": sum(e - s for s, e, q in st if q == top),
+                    "empty_ns": sum(e - s for s, e, q in st if q == 0),
+                    "full_ns": sum(e - s for s, e, q in st if q >= FULL_QUEUE)}
+    return out
+
+
+def queue_series(events: list[dict], width_ns: int) -> dict[tuple, dict]:
+    """(device, stream, bucket) -> {mean, max} over the bucket's covered part;
+    buckets counted from the trace's first launch."""
+    st = queue_steps(events)
+    origin = min(s for steps_ in st.values() for s, _, _ in steps_)
+    acc: dict[tuple, list] = {}
+    for (dev, stream), steps_ in st.items():
+        for s, e, q in steps_:
+            b = (s - origin) // width_ns
+            while origin + b * width_ns < e:
+                lo, hi = max(s, origin + b * width_ns), min(e, origin + (b + 1) * width_ns)
+                if hi > lo:
+                    a = acc.setdefault((dev, stream, b), [0, 0, 0])
+                    a[0] += (hi - lo) * q
+                    a[1] += hi - lo
+                    a[2] = max(a[2], q)
+                b += 1
+    return {k: {"mean": a / c, "max": m} for k, (a, c, m) in acc.items()}

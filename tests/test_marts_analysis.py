@@ -3,28 +3,14 @@ numbers, the CUDA fixtures and the corpus, against tests/analysis_oracle.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import tracedb
-from analysis_oracle import idle_breakdown
-from conftest import load_json, write_trace
+from analysis_oracle import idle_breakdown, queue_series, queue_summary
+from conftest import write_trace
 from marts_fixture import ingest_corpus, rows
-
-CUDA = Path(__file__).resolve().parent / "fixtures" / "cuda"
-CUDA_FILES = {
-    ("v1", "train"): "v1/rank0.train.json.gz",
-    ("v1", "prefill"): "v1/rank0.prefill.json.gz",
-    ("v1", "decode"): "v1/rank0.decode.json.gz",
-    ("v2", "train"): "v2/rank0.train.json.gz",
-}
-KEYS = list(CUDA_FILES)
-IDS = [f"{r}-{p}" for r, p in KEYS]
-
-
-def cuda_events(run: str, phase: str) -> list[dict]:
-    return load_json(CUDA / CUDA_FILES[(run, phase)])["traceEvents"]
+from test_cuda_fixtures import FIXTURES as CUDA, IDS, KEYS
+from test_cuda_fixtures import events as cuda_events
 
 
 def _x(cat, name, ts, dur, pid, tid, **args):
@@ -120,3 +106,54 @@ def test_idle_breakdown_corpus(tmp_path):
     db, events = ingest_corpus(tmp_path, "hta/nccl_parser_config/nccl_data.json.gz", "n")
     with db:
         _check_idle(rows(db, "SELECT * FROM idle_breakdown_by_rank"), idle_breakdown(events))
+
+
+# -- queue_length -------------------------------------------------------------
+
+
+def _check_queue(db, where: str, params: list, events: list[dict], resolution_us: int) -> None:
+    want = queue_summary(events)
+    got = rows(db, f"SELECT * FROM queue_length_summary WHERE {where}", params)
+    assert {(g["device"], g["stream"]) for g in got} == set(want)
+    for g in got:
+        w = want[(g["device"], g["stream"])]
+        assert round(g["span_us"] * 1000) == w["span_ns"]
+        assert g["mean_queue_length"] == pytest.approx(w["mean"])
+        assert g["max_queue_length"] == w["max"]
+        assert round(g["time_at_max_us"] * 1000) == w["at_max_ns"]
+        assert round(g["empty_us"] * 1000) == w["empty_ns"]
+        assert g["full_queue_us"] == w["full_ns"] / 1e3
+    want_series = queue_series(events, resolution_us * 1000)
+    got = rows(db, f"SELECT * FROM queue_length(resolution_us := ?) WHERE {where}", [resolution_us] + params)
+    assert len(got) == len(want_series)
+    for g in got:
+        w = want_series[(g["device"], g["stream"], round(g["bucket_start_us"] / resolution_us))]
+        assert g["mean_queue_length"] == pytest.approx(w["mean"])
+        assert g["max_queue_length"] == w["max"]
+
+
+def test_queue_length_small(small_db):
+    _check_queue(small_db, "true", [], small_events(), 100)
+    # by hand: 3 launched by 20 us, a ends at 200, b at 300, c at 400; the copy
+    # from 400 to 550; a and b from 700, a ends at 900, b at 1000
+    (g,) = rows(small_db, "SELECT * FROM queue_length_summary")
+    assert (g["span_us"], g["max_queue_length"], g["time_at_max_us"], g["empty_us"]) == (1000, 3, 180, 150)
+    assert g["mean_queue_length"] == pytest.approx((10 + 2 * 10 + 3 * 180 + 2 * 100 + 100 + 150 + 10 + 2 * 190 + 100) / 1000)
+    got = rows(small_db, "SELECT bucket_start_us, mean_queue_length, max_queue_length FROM queue_length(resolution_us := 500)")
+    assert got == [
+        {"bucket_start_us": 0, "mean_queue_length": pytest.approx((10 + 20 + 540 + 200 + 100 + 100) / 500),
+         "max_queue_length": 3},
+        {"bucket_start_us": 500, "mean_queue_length": pytest.approx((50 + 10 + 380 + 100) / 500), "max_queue_length": 2}]
+
+
+@pytest.mark.parametrize("key", KEYS, ids=IDS)
+def test_queue_length_cuda(cuda_db, key):
+    run, phase = key
+    _check_queue(cuda_db, "run = ? AND phase = ?", [run, phase], cuda_events(run, phase), 1000)
+
+
+def test_queue_length_through_query(cuda_db):
+    got = cuda_db.query("queue_length", run="v1", phase="decode", rank=0, resolution_us=500).fetchall()
+    assert len(got) == len(queue_series(cuda_events("v1", "decode"), 500_000))
+    with pytest.raises(tracedb.QueryError, match="takes no --resolution-us"):
+        cuda_db.query("idle_breakdown", resolution_us=5)

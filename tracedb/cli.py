@@ -162,11 +162,16 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
 @click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%').")
 @click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
               help="Only runs with this tag (repeatable: every one).")
+@click.option("--step", type=int, help="Profiler step N of ProfilerStep#N (critical_path).")
+@click.option("--resolution-us", type=click.FloatRange(min=0, min_open=True),
+              help="Bucket width of a time series, microseconds (queue_length, memory_bandwidth_series, "
+                   "memory_timeline; default 1000).")
+@click.option("--k", type=click.IntRange(min=1), help="Sequence length (kernel_sequences; default 3).")
 @click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
 @click.pass_context
-def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, output):
+def query(ctx, name, run, base, rank, phase, kind, span, tags, step, resolution_us, k, limit, fmt, output):
     """Run a view of the library (see `tracedb views`).
 
     \b
@@ -176,10 +181,12 @@ def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, outpu
       tracedb query regressions --base v1 --run v2
       tracedb query latency --run v2 --span 'forward%'
       tracedb query latency --span forward --base bs1 --tag dtype=fp32
+      tracedb query queue_length --run v2 --rank 0 --resolution-us 100
+      tracedb query critical_path --run v2 --rank 0 --step 2
     """
     db = _db(ctx)
     rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span,
-                   tags=tags or None)
+                   tags=tags or None, step=step, resolution_us=resolution_us, k=k)
     _emit(rel, fmt, output)
 
 

@@ -74,11 +74,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
             filters["run"] = None
         unknown = [k for k, v in given.items() if v is not None and k not in info.params]
         if unknown:
-            raise QueryError(f"{name} takes no --{unknown[0]}")
+            raise QueryError(f"{name} takes no --{_option(unknown[0])}")
         missing = [p for p in info.params if given.get(p) is None and "default" not in info.params[p]]
         if missing:
             opt = "run" if missing[0] == "target" else missing[0]
-            raise QueryError(f"{name} needs --{opt} ({info.params[missing[0]]})")
+            raise QueryError(f"{name} needs --{_option(opt)} ({info.params[missing[0]]})")
         args = []
         for p in info.params:
             if given.get(p) is not None:
@@ -89,7 +89,7 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     else:
         stray = [k for k, v in {"base": base, **extra}.items() if v is not None]
         if stray:
-            raise QueryError(f"{name} takes no --{stray[0]}")
+            raise QueryError(f"{name} takes no --{_option(stray[0])}")
         source = name
         columns = _columns(con, name)
     for col, value in filters.items():
@@ -118,6 +118,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
             raise QueryError("--limit must be 0 or more")
         sql += f" LIMIT {int(limit)}"
     return sql, params
+
+
+def _option(param: str) -> str:
+    """The CLI option of a parameter: resolution_us -> resolution-us."""
+    return param.replace("_", "-")
 
 
 def _default_kind(con: duckdb.DuckDBPyConnection, source: str, params: list,
