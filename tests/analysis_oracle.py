@@ -106,3 +106,49 @@ def queue_series(events: list[dict], width_ns: int) -> dict[tuple, dict]:
                     a[2] = max(a[2], q)
                 b += 1
     return {k: {"mean": a / c, "max": m} for k, (a, c, m) in acc.items()}
+
+
+def memory_kind(e: dict) -> str:
+    if e["cat"].lower() == "gpu_memset":
+        return "memset"
+    words = e["name"].split()
+    return words[1] if words[0] == "Memcpy" and len(words) > 1 else "memcpy"
+
+
+def memory_ops(events: list[dict]) -> list[dict]:
+    return [{"kind": memory_kind(e), "device": (e.get("args") or {}).get("device", e["pid"]),
+             "ts": ns(e["ts"]), "dur": ns(e["dur"]), "bytes": (e.get("args") or {}).get("bytes")}
+            for e in slices(events, COPY_CATS)]
+
+
+def memory_bandwidth(events: list[dict]) -> dict[str, dict]:
+    """kind -> {count, bytes, dur_ns, gbps (bytes / summed ns), max_gbps}."""
+    out: dict[str, dict] = {}
+    for op in memory_ops(events):
+        r = out.setdefault(op["kind"], {"count": 0, "bytes": 0, "dur_ns": 0, "max_gbps": None})
+        r["count"] += 1
+        r["bytes"] += op["bytes"]
+        r["dur_ns"] += op["dur"]
+        if op["dur"] > 0:
+            bw = op["bytes"] / op["dur"]
+            r["max_gbps"] = bw if r["max_gbps"] is None else max(r["max_gbps"], bw)
+    for r in out.values():
+        r["gbps"] = r["bytes"] / r["dur_ns"] if r["dur_ns"] else None
+    return out
+
+
+def memory_series(events: list[dict], width_ns: int) -> dict[tuple, float]:
+    """(device, kind, bucket) -> bytes moved in the bucket, each op's bytes
+    spread evenly over its duration; buckets from the first copy's start."""
+    ops = [op for op in memory_ops(events) if op["bytes"] is not None]
+    origin = min(op["ts"] for op in ops)
+    out: dict[tuple, float] = defaultdict(float)
+    for op in ops:
+        s, e = op["ts"], op["ts"] + op["dur"]
+        if op["dur"] == 0:
+            out[(op["device"], op["kind"], (s - origin) // width_ns)] += op["bytes"]
+            continue
+        for b in range((s - origin) // width_ns, (e - 1 - origin) // width_ns + 1):
+            lo, hi = max(s, origin + b * width_ns), min(e, origin + (b + 1) * width_ns)
+            out[(op["device"], op["kind"], b)] += op["bytes"] * (hi - lo) / op["dur"]
+    return dict(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tracedb
-from analysis_oracle import idle_breakdown, queue_series, queue_summary
+from analysis_oracle import idle_breakdown, memory_bandwidth, memory_series, queue_series, queue_summary
 from conftest import write_trace
 from marts_fixture import ingest_corpus, rows
 from test_cuda_fixtures import FIXTURES as CUDA, IDS, KEYS
@@ -35,6 +35,9 @@ def small_events() -> list[dict]:
     Gaps: b after a 0 (none), c after b 50 (launched at 20 < 300: other),
     copy after c 50 (launched at 400, not after 400: other), a after copy
     250 (launched at 700 > 550: host wait), b after a 20 ns (kernel wait).
+
+    Stream 9, with no launch calls: Memcpy DtoH of 2 MB [100, 300) and of
+    1 MB [300, 350), a memset of 500 bytes at 600 lasting 0 us.
     """
     return [
         _x("user_annotation", "ProfilerStep#1", 0, 1000, 1, 1),
@@ -46,6 +49,9 @@ def small_events() -> list[dict]:
         _gpu("a", 100, 100, 1), _gpu("b", 200, 100, 2), _gpu("c", 350, 50, 3),
         _gpu("Memcpy HtoD (Pageable -> Device)", 450, 100, 4, cat="gpu_memcpy", bytes=1_000_000),
         _gpu("a", 800, 100, 5), _gpu("b", 900.02, 99.98, 6),
+        _gpu("Memcpy DtoH (Device -> Pageable)", 100, 200, 90, stream=9, cat="gpu_memcpy", bytes=2_000_000),
+        _gpu("Memcpy DtoH (Device -> Pageable)", 300, 50, 91, stream=9, cat="gpu_memcpy", bytes=1_000_000),
+        _gpu("Memset (Device)", 600, 0, 92, stream=9, cat="gpu_memset", bytes=500),
     ]
 
 
@@ -84,13 +90,14 @@ def _check_idle(got: list[dict], want: dict) -> None:
 
 
 def test_idle_breakdown_small(small_db):
-    got = rows(small_db, "SELECT * FROM idle_breakdown_by_rank ORDER BY category")
+    got = rows(small_db, "SELECT * FROM idle_breakdown_by_rank ORDER BY stream, category")
     _check_idle(got, idle_breakdown(small_events()))
-    assert [(g["category"], g["gap_count"], g["idle_us"]) for g in got] == [
-        ("host_wait", 1, 250), ("kernel_wait", 1, 0.02), ("other", 2, 100)]
-    agg = rows(small_db, "SELECT * FROM idle_breakdown ORDER BY category")
-    assert [(g["category"], g["rank_count"], g["idle_us"]) for g in agg] == [
-        ("host_wait", 1, 250), ("kernel_wait", 1, 0.02), ("other", 1, 100)]
+    assert [(g["stream"], g["category"], g["gap_count"], g["idle_us"]) for g in got] == [
+        (7, "host_wait", 1, 250), (7, "kernel_wait", 1, 0.02), (7, "other", 2, 100), (9, "other", 1, 250)]
+    agg = rows(small_db, "SELECT * FROM idle_breakdown WHERE stream = 7 ORDER BY category")
+    assert [(g["category"], g["rank_count"], g["idle_us"], g["idle_pct"]) for g in agg] == [
+        ("host_wait", 1, 250, pytest.approx(100 * 250 / 350.02)), ("kernel_wait", 1, 0.02, pytest.approx(100 * 0.02 / 350.02)),
+        ("other", 1, 100, pytest.approx(100 * 100 / 350.02))]
 
 
 @pytest.mark.parametrize("key", KEYS, ids=IDS)
@@ -157,3 +164,50 @@ def test_queue_length_through_query(cuda_db):
     assert len(got) == len(queue_series(cuda_events("v1", "decode"), 500_000))
     with pytest.raises(tracedb.QueryError, match="takes no --resolution-us"):
         cuda_db.query("idle_breakdown", resolution_us=5)
+
+
+# -- memory_bandwidth ---------------------------------------------------------
+
+
+def _check_memory(db, where: str, params: list, events: list[dict], resolution_us: int) -> None:
+    want = memory_bandwidth(events)
+    got = rows(db, f"SELECT * FROM memory_bandwidth_by_rank WHERE {where}", params)
+    assert {g["kind"] for g in got} == set(want)
+    for g in got:
+        w = want[g["kind"]]
+        assert (g["op_count"], g["total_bytes"], round(g["total_us"] * 1000)) == (w["count"], w["bytes"], w["dur_ns"])
+        assert g["gbps"] == (pytest.approx(w["gbps"]) if w["gbps"] is not None else None)
+        assert g["max_gbps"] == (pytest.approx(w["max_gbps"]) if w["max_gbps"] is not None else None)
+    want_series = memory_series(events, resolution_us * 1000)
+    got = rows(db, f"SELECT * FROM memory_bandwidth_series(resolution_us := ?) WHERE {where}", [resolution_us] + params)
+    assert len(got) == len(want_series)
+    for g in got:
+        w = want_series[(g["device"], g["kind"], round(g["bucket_start_us"] / resolution_us))]
+        assert g["bytes"] == pytest.approx(w)
+        assert g["gbps"] == pytest.approx(w / (resolution_us * 1000))
+
+
+def test_memory_bandwidth_small(small_db):
+    _check_memory(small_db, "true", [], small_events(), 100)
+    got = {g["kind"]: g for g in rows(small_db, "SELECT * FROM memory_bandwidth")}
+    assert {k: (g["op_count"], g["total_bytes"], g["total_us"], g["gbps"], g["p50_gbps"], g["max_gbps"])
+            for k, g in got.items()} == {
+        "HtoD": (1, 1_000_000, 100, 10, 10, 10), "DtoH": (2, 3_000_000, 250, 12, 15, 20),
+        "memset": (1, 500, 0, None, None, None)}
+    series = [(g["kind"], g["bucket_start_us"], g["gbps"]) for g in rows(
+        small_db, "SELECT * FROM memory_bandwidth_series(resolution_us := 100) ORDER BY bucket_start_us, kind")]
+    assert series == [("DtoH", 0, 10), ("DtoH", 100, 10), ("DtoH", 200, 10), ("HtoD", 300, 5), ("HtoD", 400, 5),
+                      ("memset", 500, 0.005)]
+
+
+@pytest.mark.parametrize("key", KEYS, ids=IDS)
+def test_memory_bandwidth_cuda(cuda_db, key):
+    run, phase = key
+    _check_memory(cuda_db, "run = ? AND phase = ?", [run, phase], cuda_events(run, phase), 1000)
+    assert cuda_db.query("memory_bandwidth", run=run, phase=phase).fetchall()
+
+
+def test_memory_bandwidth_corpus(tmp_path):
+    db, events = ingest_corpus(tmp_path, "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz", "a")
+    with db:
+        _check_memory(db, "true", [], events, 1000)
