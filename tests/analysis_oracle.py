@@ -152,3 +152,19 @@ def memory_series(events: list[dict], width_ns: int) -> dict[tuple, float]:
             lo, hi = max(s, origin + b * width_ns), min(e, origin + (b + 1) * width_ns)
             out[(op["device"], op["kind"], b)] += op["bytes"] * (hi - lo) / op["dur"]
     return dict(out)
+
+
+def kernel_sequences(events: list[dict], k: int) -> dict[tuple, dict]:
+    """(device, stream, names) -> {count, kernel_ns, span_ns} of every run of
+    k consecutive kernels on a stream (copies and memsets left out)."""
+    out: dict[tuple, dict] = {}
+    for (dev, stream), ops in stream_ops(events).items():
+        ks = [op for op in ops if op["cat"] in KERNEL_CATS]
+        for i in range(len(ks) - k + 1):
+            run = ks[i:i + k]
+            r = out.setdefault((dev, stream, tuple(op["name"] for op in run)),
+                               {"count": 0, "kernel_ns": 0, "span_ns": 0})
+            r["count"] += 1
+            r["kernel_ns"] += sum(op["end"] - op["ts"] for op in run)
+            r["span_ns"] += max(op["end"] for op in run) - run[0]["ts"]
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tracedb
-from analysis_oracle import idle_breakdown, memory_bandwidth, memory_series, queue_series, queue_summary
+from analysis_oracle import idle_breakdown, kernel_sequences, memory_bandwidth, memory_series, queue_series, queue_summary
 from conftest import write_trace
 from marts_fixture import ingest_corpus, rows
 from test_cuda_fixtures import FIXTURES as CUDA, IDS, KEYS
@@ -211,3 +211,36 @@ def test_memory_bandwidth_corpus(tmp_path):
     db, events = ingest_corpus(tmp_path, "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz", "a")
     with db:
         _check_memory(db, "true", [], events, 1000)
+
+
+# -- kernel_sequences ---------------------------------------------------------
+
+
+def _check_sequences(db, where: str, params: list, events: list[dict], k: int) -> None:
+    want = kernel_sequences(events, k)
+    got = rows(db, f"SELECT * FROM kernel_sequences_by_rank(k := ?) WHERE {where}", [k] + params)
+    assert {(g["device"], g["stream"], tuple(g["kernel_names"])) for g in got} == set(want)
+    for g in got:
+        w = want[(g["device"], g["stream"], tuple(g["kernel_names"]))]
+        assert g["sequence"] == " -> ".join(g["kernel_names"])
+        assert g["occurrences"] == w["count"]
+        assert round(g["total_us"] * 1000) == w["kernel_ns"]
+        assert round(g["span_us"] * 1000) == w["span_ns"]
+
+
+def test_kernel_sequences_small(small_db):
+    for k in (1, 2, 3, 6):
+        _check_sequences(small_db, "true", [], small_events(), k)
+    got = [(g["sequence"], g["occurrences"], g["total_us"], g["span_us"]) for g in rows(
+        small_db, "SELECT * FROM kernel_sequences(k := 2) ORDER BY occurrences DESC, sequence")]
+    assert got == [("a -> b", 2, pytest.approx(399.98), 400), ("b -> c", 1, 150, 200), ("c -> a", 1, 150, 550)]
+    assert rows(small_db, "SELECT * FROM kernel_sequences(k := 6)") == []
+
+
+@pytest.mark.parametrize("key", KEYS, ids=IDS)
+def test_kernel_sequences_cuda(cuda_db, key):
+    run, phase = key
+    for k in (2, 4):
+        _check_sequences(cuda_db, "run = ? AND phase = ?", [run, phase], cuda_events(run, phase), k)
+    top = cuda_db.query("kernel_sequences", run=run, phase=phase, k=3, limit=1).fetchall()
+    assert top and top[0][7] == max(w["count"] for w in kernel_sequences(cuda_events(run, phase), 3).values())
