@@ -168,3 +168,25 @@ def kernel_sequences(events: list[dict], k: int) -> dict[tuple, dict]:
             r["kernel_ns"] += sum(op["end"] - op["ts"] for op in run)
             r["span_ns"] += max(op["end"] for op in run) - run[0]["ts"]
     return out
+
+
+def step_window(events: list[dict], step: int, span: str | None = None) -> tuple[int, int]:
+    """(start, end) ns of a step's critical-path window: ProfilerStep#N's
+    start (with span: the step-th event of that name, from 0) to the later
+    of its end and the last end of a GPU operation whose launch call starts
+    inside it."""
+    named = [e for e in slices(events, {"user_annotation", "cpu_op"})
+             if e["name"] == (span or f"ProfilerStep#{step}")]
+    a = sorted(named, key=lambda e: ns(e["ts"]))[step if span else 0]
+    s, e = ns(a["ts"]), ns(a["ts"]) + ns(a["dur"])
+    end = e
+    for ops in stream_ops(events).values():
+        for op in ops:
+            if op["launch"] is not None and s <= op["launch"] < e:
+                end = max(end, op["end"])
+    return s, end
+
+
+def gpu_intervals(events: list[dict]) -> set[tuple[str, int, int]]:
+    """(name, start ns, end ns) of every kernel, copy and memset."""
+    return {(op["name"], op["ts"], op["end"]) for ops in stream_ops(events).values() for op in ops}

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 import tracedb
-from analysis_oracle import idle_breakdown, kernel_sequences, memory_bandwidth, memory_series, queue_series, queue_summary
+from analysis_oracle import (gpu_intervals, idle_breakdown, kernel_sequences, memory_bandwidth, memory_series,
+                             queue_series, queue_summary, step_window)
 from conftest import write_trace
 from marts_fixture import ingest_corpus, rows
-from test_cuda_fixtures import FIXTURES as CUDA, IDS, KEYS
+from test_cuda_fixtures import FIXTURES as CUDA, IDS, KEYS, base_ns
 from test_cuda_fixtures import events as cuda_events
 
 
@@ -244,3 +245,114 @@ def test_kernel_sequences_cuda(cuda_db, key):
         _check_sequences(cuda_db, "run = ? AND phase = ?", [run, phase], cuda_events(run, phase), k)
     top = cuda_db.query("kernel_sequences", run=run, phase=phase, k=3, limit=1).fetchall()
     assert top and top[0][7] == max(w["count"] for w in kernel_sequences(cuda_events(run, phase), 3).values())
+
+
+# -- critical_path ------------------------------------------------------------
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def path_events(k3_us: int) -> list[dict]:
+    """One step [0, 1000) on thread 1 (microseconds):
+
+        aten::mm [100, 200)   launch [150, 160) -> K1 [300, 600) on stream 7
+        aten::add [250, 300)  launch [260, 270) -> K2 [600, 650) (queued behind K1)
+        cudaDeviceSynchronize [400, 660)          waits for K2
+        aten::relu [700, 750) launch [710, 720) -> allreduce [800, 800 + k3_us)
+
+    By hand, the path: step 0-100, aten::mm 100-150, launch 150-300, K1
+    300-600, K2 600-650, sync 650-660, step 660-700, aten::relu 700-710,
+    launch 710-800, allreduce 800-(800 + k3_us).
+    """
+    return [
+        _x("user_annotation", "ProfilerStep#1", 0, 1000, 1, 1),
+        _x("cpu_op", "aten::mm", 100, 100, 1, 1), _launch(150, 1, dur=10),
+        _x("cpu_op", "aten::add", 250, 50, 1, 1), _launch(260, 2, dur=10),
+        _x("cuda_runtime", "cudaDeviceSynchronize", 400, 260, 1, 1),
+        _x("cpu_op", "aten::relu", 700, 50, 1, 1), _launch(710, 3, dur=10),
+        _gpu("K1", 300, 300, 1), _gpu("K2", 600, 50, 2), _gpu(NCCL, 800, k3_us, 3, stream=20),
+    ]
+
+
+@pytest.fixture(scope="module")
+def path_db(tmp_path_factory):
+    root = tmp_path_factory.mktemp("path")
+    write_trace(root / "runs" / "base" / "train" / "rank0.json", path_events(250))
+    write_trace(root / "runs" / "target" / "train" / "rank0.json", path_events(300))
+    db = tracedb.open(root / "wh")
+    db.ingest([root / "runs"], jobs=1)
+    yield db
+    db.close()
+
+
+def _records(rel) -> list[dict]:
+    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+
+
+def test_critical_path_small(path_db):
+    got = _records(path_db.query("critical_path", run="target", rank=0, step=1))
+    assert [(g["kind"], g["name"], g["offset_us"], g["dur_us"]) for g in got] == [
+        ("cpu", "ProfilerStep#1", 0, 100), ("cpu", "aten::mm", 100, 50),
+        ("launch", "cudaLaunchKernel", 150, 150), ("kernel", "K1", 300, 300), ("kernel", "K2", 600, 50),
+        ("sync", "cudaDeviceSynchronize", 650, 10), ("cpu", "ProfilerStep#1", 660, 40),
+        ("cpu", "aten::relu", 700, 10), ("launch", "cudaLaunchKernel", 710, 90), ("comm", NCCL, 800, 300)]
+    assert [g["seq"] for g in got] == list(range(1, 11))
+    assert got[3]["lane"] == "gpu 0/7" and got[1]["lane"] == "cpu 1/1"
+    summary = {g["kind"]: (g["piece_count"], g["path_us"], g["path_pct"])
+               for g in _records(path_db.query("critical_path_summary", run="target", rank=0, step=1))}
+    assert summary == {"cpu": (4, 200, pytest.approx(200 / 11)), "launch": (2, 240, pytest.approx(240 / 11)),
+                       "kernel": (2, 350, pytest.approx(350 / 11)), "sync": (1, 10, pytest.approx(10 / 11)),
+                       "comm": (1, 300, pytest.approx(300 / 11))}
+    diff = _records(path_db.query("critical_path", base="base", run="target", rank=0, step=1))
+    assert (diff[0]["kind"], diff[0]["name"], diff[0]["base_us"], diff[0]["target_us"], diff[0]["change_us"],
+            diff[0]["status"]) == ("comm", NCCL, 250, 300, 50, "changed")
+    assert all(d["change_us"] == 0 for d in diff[1:])
+    only_kernels = _records(path_db.query("critical_path", run="target", rank=0, step=1, kind="kernel"))
+    assert [g["name"] for g in only_kernels] == ["K1", "K2"]
+
+
+def test_critical_path_errors(path_db):
+    with pytest.raises(tracedb.QueryError, match=r"critical_path needs --step"):
+        path_db.query("critical_path", run="target", rank=0)
+    with pytest.raises(tracedb.QueryError, match=r"no ProfilerStep#7 in run 'target', rank 0"):
+        path_db.query("critical_path", run="target", rank=0, step=7)
+    with pytest.raises(tracedb.QueryError, match=r"critical_path_summary takes no --base"):
+        path_db.query("critical_path_summary", run="target", rank=0, step=1, base="base")
+
+
+def _check_path(db, events: list[dict], run: str, step: int, phase: str | None = None, shift_ns: int = 0,
+                span: str | None = None) -> list[dict]:
+    """The path covers the step's window without gap or overlap, and its GPU
+    pieces are whole kernels, copies and sets of the trace (times shifted by
+    the trace's baseTimeNanoseconds)."""
+    got = _records(db.query("critical_path", run=run, rank=0, step=step, phase=phase, span=span))
+    start, end = (t + shift_ns for t in step_window(events, step, span))
+    assert got[0]["ts_ns"] == start
+    ends = [g["ts_ns"] + round(g["dur_us"] * 1000) for g in got]
+    assert [g["ts_ns"] for g in got[1:]] == ends[:-1]
+    assert ends[-1] == end
+    gpu = {(name, a + shift_ns, b + shift_ns) for name, a, b in gpu_intervals(events)}
+    for g, e in zip(got, ends):
+        if g["kind"] in ("kernel", "comm", "memcpy", "memset"):
+            assert (g["name"], g["ts_ns"], e) in gpu
+    summary = _records(db.query("critical_path_summary", run=run, rank=0, step=step, phase=phase, span=span))
+    assert round(sum(s["path_us"] for s in summary) * 1000) == end - start
+    return got
+
+
+@pytest.mark.parametrize("key", KEYS, ids=IDS)
+def test_critical_path_cuda(cuda_db, key):
+    run, phase = key
+    got = _check_path(cuda_db, cuda_events(run, phase), run, 2, phase, base_ns(run, phase))
+    assert {"cpu", "launch"} <= {g["kind"] for g in got}
+
+
+@pytest.mark.parametrize("rel, kinds", [
+    ("simple_add/benchmark_result_493459_1694039959_trace.json.gz", {"cpu", "launch", "sync"}),
+    ("alexnet/benchmark_result_2869224_1695835535_trace.json.gz", {"cpu", "launch", "sync", "kernel", "idle"})])
+def test_critical_path_corpus(tmp_path, rel, kinds):
+    db, events = ingest_corpus(tmp_path, f"hta/critical_path/{rel}", "cp")
+    with db:
+        span = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"  # no ProfilerStep in these traces
+        for instance in (0, 1):
+            assert kinds <= {g["kind"] for g in _check_path(db, events, "cp", instance, span=span)}

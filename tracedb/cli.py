@@ -235,10 +235,7 @@ def views(ctx, name, show_all):
         click.echo(f"{v.name} ({v.layer} {v.kind})\n  {v.description}")
         for p, doc in v.params.items():
             click.echo(f"  param {p}: {doc}")
-        rows = db.sql(
-            "SELECT column_name, data_type, description FROM tracedb_view_columns "
-            "WHERE view_name = ? ORDER BY position", [name]).fetchall()
-        for col, typ, doc in rows:
+        for col, typ, doc in db.view_columns(name):
             click.echo(f"  {col:<24} {typ or '':<12} {doc or ''}".rstrip())
         return
     for v in infos:

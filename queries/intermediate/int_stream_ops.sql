@@ -16,7 +16,7 @@ WITH ops AS (
     FROM stg_memcpy
 ),
 calls AS (
-    SELECT file_id, correlation, name, ts_ns, end_ns
+    SELECT file_id, correlation, event_id, name, ts_ns, end_ns
     FROM stg_runtime_calls
     WHERE correlation IS NOT NULL AND lower(cat) <> 'cuda_sync'
     QUALIFY row_number() OVER (PARTITION BY file_id, correlation ORDER BY ts_ns, event_id) = 1
@@ -39,6 +39,8 @@ SELECT
     o.end_ns,
     -- Bytes copied or set (copies and memsets; NULL for kernels).
     o.bytes,
+    -- Event id of the runtime call that enqueued it; NULL when the trace holds none.
+    c.event_id AS launch_event_id,
     -- Runtime call that enqueued it (cudaLaunchKernel, cudaMemcpyAsync, ...); NULL when the trace holds none.
     c.name AS launch_name,
     -- Start of that call on the CPU, nanoseconds.
