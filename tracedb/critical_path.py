@@ -276,6 +276,8 @@ _KEY_COLUMNS = {
     "phase": ("VARCHAR", "Phase: train, prefill, decode, ... or the folder name."),
     "step": ("BIGINT", "Profiler step N of ProfilerStep#N."),
 }
+_PARAMS = {"run": "run", "rank": "rank", "step": "profiler step N (with span: the instance, from 0)",
+           "span": "an annotation or op to take the window from instead of ProfilerStep#N (optional)"}
 _KINDS = "cpu, launch, sync, kernel, comm, memcpy, memset or idle"
 
 MARTS = {
@@ -285,8 +287,7 @@ MARTS = {
         "(docs/analysis.md; tracedb/critical_path.py). `tracedb query critical_path --run v2 --rank 0 --step 2`; "
         "time by kind: critical_path_summary; against a base run: --base. Computed in Python, not a SQL view. "
         "Grain: one row per piece of the path.",
-        {"run": "run", "rank": "rank", "step": "profiler step N (with span: the instance, from 0)",
-         "span": "an annotation or op to take the window from instead of ProfilerStep#N (optional)"},
+        _PARAMS,
         {**_KEY_COLUMNS,
          "seq": ("BIGINT", "Position on the path, from 1 at the step's start."),
          "kind": ("VARCHAR", f"{_KINDS}."),
@@ -301,8 +302,7 @@ MARTS = {
         "Time on the critical path of one rank's profiler step by kind (CPU, launch, sync, kernel, comm, "
         "memcpy, memset, idle); the kinds add up to the step's window. "
         "`tracedb query critical_path_summary --run v2 --rank 0 --step 2`. Grain: one row per kind.",
-        {"run": "run", "rank": "rank", "step": "profiler step N (with span: the instance, from 0)",
-         "span": "an annotation or op to take the window from instead of ProfilerStep#N (optional)"},
+        _PARAMS,
         {**_KEY_COLUMNS,
          "kind": ("VARCHAR", f"{_KINDS}."),
          "piece_count": ("BIGINT", "Pieces of this kind on the path."),
@@ -313,9 +313,7 @@ MARTS = {
         "Which events on the critical path of a step changed most between a base run and a target run "
         "(same rank, step and phase): time on the path per kind and name in each, and the change. "
         "`tracedb query critical_path --base v1 --run v2 --rank 0 --step 2`. Grain: one row per kind and name.",
-        {"base": "base run", "run": "target run", "rank": "rank",
-         "step": "profiler step N (with span: the instance, from 0)",
-         "span": "an annotation or op to take the window from instead of ProfilerStep#N (optional)"},
+        {"base": "base run", **_PARAMS, "run": "target run"},
         {"base": ("VARCHAR", "Base run."), **_KEY_COLUMNS,
          "kind": ("VARCHAR", f"{_KINDS}."),
          "name": ("VARCHAR", "Event name; NULL for idle and untraced CPU time."),
