@@ -190,3 +190,86 @@ def step_window(events: list[dict], step: int, span: str | None = None) -> tuple
 def gpu_intervals(events: list[dict]) -> set[tuple[str, int, int]]:
     """(name, start ns, end ns) of every kernel, copy and memset."""
     return {(op["name"], op["ts"], op["end"]) for ops in stream_ops(events).values() for op in ops}
+
+
+def memory_events(events: list[dict]) -> list[dict]:
+    out = []
+    for i, e in enumerate(events):
+        if e.get("ph") in ("i", "I") and e.get("name") == "[memory]":
+            a = e["args"]
+            dtype = {0: "cpu", 1: "cuda"}.get(a["Device Type"], str(a["Device Type"]))
+            out.append({"i": i, "ts": ns(e["ts"]), "key": (dtype, a["Device Id"]), "bytes": a["Bytes"],
+                        "allocated": a["Total Allocated"], "reserved": a["Total Reserved"],
+                        "pid": str(e["pid"]), "tid": str(e["tid"])})
+    return out
+
+
+def memory_peaks(events: list[dict]) -> dict[tuple, dict]:
+    """(device type, device) -> the first event at the highest Total
+    Allocated, with the innermost CPU op holding it on the same thread."""
+    mem = memory_events(events)
+    ops = slices(events, {"cpu_op"})
+    out = {}
+    for key in {m["key"] for m in mem}:
+        ms = [m for m in mem if m["key"] == key]
+        top = max(m["allocated"] for m in ms)
+        peak = min((m for m in ms if m["allocated"] == top), key=lambda m: (m["ts"], m["i"]))
+        holding = [o for o in ops if str(o["pid"]) == peak["pid"] and str(o["tid"]) == peak["tid"]
+                   and ns(o["ts"]) <= peak["ts"] <= ns(o["ts"]) + ns(o["dur"])]
+        inner = max(holding, key=lambda o: (ns(o["ts"]), -ns(o["dur"])), default=None)
+        out[key] = {**peak, "op": inner["name"] if inner else None, "max_reserved": max(m["reserved"] for m in ms)}
+    return out
+
+
+def memory_timeline(events: list[dict], width_ns: int) -> dict[tuple, dict]:
+    """(device type, device, bucket) -> {count, max, last} of allocated bytes."""
+    mem = sorted(memory_events(events), key=lambda m: (m["ts"], m["i"]))
+    origin = mem[0]["ts"]
+    out: dict[tuple, dict] = {}
+    for m in mem:
+        r = out.setdefault((*m["key"], (m["ts"] - origin) // width_ns), {"count": 0, "max": None})
+        r["count"] += 1
+        r["max"] = m["allocated"] if r["max"] is None else max(r["max"], m["allocated"])
+        r["last"] = m["allocated"]
+    return out
+
+
+def cupti_counters(events: list[dict]) -> dict[tuple, dict]:
+    """(kernel name, counter) -> {count, total} over cuda_profiler_range events."""
+    out: dict[tuple, dict] = {}
+    for e in slices(events, {"cuda_profiler_range"}):
+        for counter, value in (e.get("args") or {}).items():
+            r = out.setdefault((e["name"], counter), {"count": 0, "total": 0})
+            r["count"] += 1
+            r["total"] += value
+    return out
+
+
+def gpu_annotations(events: list[dict]) -> dict[str, dict]:
+    """annotation name -> {calls, cpu_ns, gpu_ns}: GPU time is the union of
+    its gpu_user_annotation ranges if the trace has any of that name, else
+    of the GPU operations whose launch call the same process made inside
+    one of its CPU ranges."""
+    from marts_oracle import union_ns
+
+    cpu = slices(events, {"user_annotation"})
+    gpu: dict[str, list] = defaultdict(list)
+    for e in slices(events, {"gpu_user_annotation"}):
+        gpu[e["name"]].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
+    calls = launch_calls(events)
+    launched = []
+    for e in slices(events, KERNEL_CATS | COPY_CATS):
+        call = calls.get((e.get("args") or {}).get("correlation"))
+        if call is not None:
+            launched.append((str(call["pid"]), ns(call["ts"]), (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))))
+    out: dict[str, dict] = {}
+    for a in cpu:
+        r = out.setdefault(a["name"], {"calls": 0, "cpu_ns": 0, "ivs": set()})
+        r["calls"] += 1
+        r["cpu_ns"] += ns(a["dur"])
+        s, e = ns(a["ts"]), ns(a["ts"]) + ns(a["dur"])
+        r["ivs"] |= {iv for pid, t, iv in launched if pid == str(a["pid"]) and s <= t < e}
+    for name, r in out.items():
+        r["gpu_ns"] = union_ns(gpu[name] if name in gpu else list(r.pop("ivs")))
+        r.pop("ivs", None)
+    return out

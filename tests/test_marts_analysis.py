@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import tracedb
-from analysis_oracle import (gpu_intervals, idle_breakdown, kernel_sequences, memory_bandwidth, memory_series,
-                             queue_series, queue_summary, step_window)
+from analysis_oracle import (cupti_counters, gpu_annotations, gpu_intervals, idle_breakdown, kernel_sequences,
+                             memory_bandwidth, memory_peaks, memory_series, memory_timeline, queue_series,
+                             queue_summary, step_window)
 from conftest import write_trace
 from marts_fixture import ingest_corpus, rows
 from test_cuda_fixtures import FIXTURES as CUDA, IDS, KEYS, base_ns
@@ -39,6 +40,11 @@ def small_events() -> list[dict]:
 
     Stream 9, with no launch calls: Memcpy DtoH of 2 MB [100, 300) and of
     1 MB [300, 350), a memset of 500 bytes at 600 lasting 0 us.
+
+    Annotations fwd [0, 30) (launches a, b, c) and bwd [690, 720) (a, b;
+    with a GPU-side bwd [800, 1000)). Memory on GPU 0: +1000 bytes at 50,
+    +3000 at 120 inside aten::empty [110, 130) (4000 allocated, 4096
+    reserved: the peak), -3000 at 500.
     """
     return [
         _x("user_annotation", "ProfilerStep#1", 0, 1000, 1, 1),
@@ -53,7 +59,16 @@ def small_events() -> list[dict]:
         _gpu("Memcpy DtoH (Device -> Pageable)", 100, 200, 90, stream=9, cat="gpu_memcpy", bytes=2_000_000),
         _gpu("Memcpy DtoH (Device -> Pageable)", 300, 50, 91, stream=9, cat="gpu_memcpy", bytes=1_000_000),
         _gpu("Memset (Device)", 600, 0, 92, stream=9, cat="gpu_memset", bytes=500),
+        _x("gpu_user_annotation", "bwd", 800, 200, 0, 7),
+        _x("cpu_op", "aten::empty", 110, 20, 1, 1),
+        _memory(50, 1000, 1000, 2048), _memory(120, 3000, 4000, 4096), _memory(500, -3000, 1000, 4096),
     ]
+
+
+def _memory(ts, nbytes, allocated, reserved):
+    return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+            "args": {"Device Type": 1, "Device Id": 0, "Bytes": nbytes, "Total Allocated": allocated,
+                     "Total Reserved": reserved}}
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +162,8 @@ def test_queue_length_small(small_db):
     (g,) = rows(small_db, "SELECT * FROM queue_length_summary")
     assert (g["span_us"], g["max_queue_length"], g["time_at_max_us"], g["empty_us"]) == (1000, 3, 180, 150)
     assert g["mean_queue_length"] == pytest.approx((10 + 2 * 10 + 3 * 180 + 2 * 100 + 100 + 150 + 10 + 2 * 190 + 100) / 1000)
-    got = rows(small_db, "SELECT bucket_start_us, mean_queue_length, max_queue_length FROM queue_length(resolution_us := 500)")
+    got = rows(small_db, "SELECT bucket_start_us, mean_queue_length, max_queue_length FROM queue_length(resolution_us := 500)"
+                     " ORDER BY bucket_start_us")
     assert got == [
         {"bucket_start_us": 0, "mean_queue_length": pytest.approx((10 + 20 + 540 + 200 + 100 + 100) / 500),
          "max_queue_length": 3},
@@ -356,3 +372,83 @@ def test_critical_path_corpus(tmp_path, rel, kinds):
         span = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"  # no ProfilerStep in these traces
         for instance in (0, 1):
             assert kinds <= {g["kind"] for g in _check_path(db, events, "cp", instance, span=span)}
+
+
+# -- memory_timeline, memory_peak ---------------------------------------------
+
+
+def _check_memory_timeline(db, events: list[dict], resolution_us: int) -> None:
+    want = memory_peaks(events)
+    got = rows(db, "SELECT * FROM memory_peak")
+    assert {(g["device_type"], g["device"]) for g in got} == set(want)
+    for g in got:
+        w = want[(g["device_type"], g["device"])]
+        assert (g["peak_allocated_bytes"], g["reserved_bytes"], g["peak_allocation_bytes"], g["op_name"]) == (
+            w["allocated"], w["reserved"], w["bytes"], w["op"])
+        assert g["max_reserved_bytes"] == w["max_reserved"]
+    want_series = memory_timeline(events, resolution_us * 1000)
+    got = rows(db, "SELECT * FROM memory_timeline(resolution_us := ?)", [resolution_us])
+    assert len(got) == len(want_series)
+    for g in got:
+        w = want_series[(g["device_type"], g["device"], round(g["bucket_start_us"] / resolution_us))]
+        assert (g["event_count"], g["max_allocated_bytes"], g["allocated_bytes"]) == (w["count"], w["max"], w["last"])
+
+
+def test_memory_timeline_small(small_db):
+    _check_memory_timeline(small_db, small_events(), 100)
+    (peak,) = rows(small_db, "SELECT * FROM memory_peak")
+    assert (peak["device_type"], peak["device"], peak["peak_allocated_bytes"], peak["reserved_bytes"],
+            peak["op_name"], peak["step"]) == ("cuda", 0, 4000, 4096, "aten::empty", 1)
+    got = [(g["bucket_start_us"], g["max_allocated_bytes"], g["allocated_bytes"]) for g in rows(
+        small_db, "SELECT * FROM memory_timeline(resolution_us := 100) ORDER BY bucket_start_us")]
+    assert got == [(0, 4000, 4000), (400, 1000, 1000)]
+
+
+def test_memory_timeline_corpus(tmp_path):
+    db, events = ingest_corpus(tmp_path, "hta/df_index_resolver/df_index_resolver.json.gz", "m")
+    with db:
+        _check_memory_timeline(db, events, 10_000)
+        assert db.query("memory_timeline", resolution_us=10_000, rank=1).fetchall()
+
+
+# -- cupti_counters -----------------------------------------------------------
+
+
+def test_cupti_counters_corpus(tmp_path):
+    db, events = ingest_corpus(tmp_path, "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz", "c")
+    with db:
+        want = cupti_counters(events)
+        got = rows(db, "SELECT * FROM cupti_counters_by_rank")
+        assert len(want) > 100 and len(got) == len(want)
+        for g in got:
+            w = want[(g["name"], g["counter"])]
+            assert (g["kernel_count"], g["total_value"]) == (w["count"], pytest.approx(w["total"]))
+        agg = rows(db, "SELECT name, counter, kernel_count, total_value FROM cupti_counters")
+        assert {(a["name"], a["counter"]): (a["kernel_count"], a["total_value"]) for a in agg} == {
+            (g["name"], g["counter"]): (g["kernel_count"], g["total_value"]) for g in got}
+
+
+# -- gpu_annotations ----------------------------------------------------------
+
+
+def _check_gpu_annotations(db, where: str, params: list, events: list[dict]) -> None:
+    want = gpu_annotations(events)
+    got = rows(db, f"SELECT * FROM gpu_annotations_by_rank WHERE {where}", params)
+    assert {g["name"] for g in got} == set(want)
+    for g in got:
+        w = want[g["name"]]
+        assert (g["calls"], round(g["cpu_us"] * 1000), round(g["gpu_us"] * 1000)) == (w["calls"], w["cpu_ns"], w["gpu_ns"])
+
+
+def test_gpu_annotations_small(small_db):
+    _check_gpu_annotations(small_db, "true", [], small_events())
+    got = {g["name"]: (g["calls"], g["cpu_us"], g["gpu_us"], g["gpu_source"])
+           for g in rows(small_db, "SELECT * FROM gpu_annotations")}
+    assert got == {"ProfilerStep#1": (1, 1000, pytest.approx(549.98), "kernels"), "fwd": (1, 30, 250, "kernels"),
+                   "bwd": (1, 30, 200, "gpu_annotation")}
+
+
+@pytest.mark.parametrize("key", KEYS, ids=IDS)
+def test_gpu_annotations_cuda(cuda_db, key):
+    run, phase = key
+    _check_gpu_annotations(cuda_db, "run = ? AND phase = ?", [run, phase], cuda_events(run, phase))

@@ -16,7 +16,7 @@ WITH ops AS (
     FROM stg_memcpy
 ),
 calls AS (
-    SELECT file_id, correlation, event_id, name, ts_ns, end_ns
+    SELECT file_id, correlation, event_id, name, ts_ns, end_ns, pid
     FROM stg_runtime_calls
     WHERE correlation IS NOT NULL AND lower(cat) <> 'cuda_sync'
     QUALIFY row_number() OVER (PARTITION BY file_id, correlation ORDER BY ts_ns, event_id) = 1
@@ -43,6 +43,8 @@ SELECT
     c.event_id AS launch_event_id,
     -- Runtime call that enqueued it (cudaLaunchKernel, cudaMemcpyAsync, ...); NULL when the trace holds none.
     c.name AS launch_name,
+    -- Process id of the thread that made that call.
+    c.pid AS launch_pid,
     -- Start of that call on the CPU, nanoseconds.
     c.ts_ns AS launch_ts_ns,
     -- End of that call on the CPU, nanoseconds.
