@@ -159,7 +159,8 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
 @click.option("--rank", type=int, help="One rank (views with a per-rank variant use it).")
 @click.option("--phase", help="Phase to show.")
 @click.option("--kind", help="kernel, cpu_op or annotation (hotspots; default: kernels if any).")
-@click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%').")
+@click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%'); "
+              "critical_path: an annotation to use instead of ProfilerStep#N, --step its instance from 0.")
 @click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
               help="Only runs with this tag (repeatable: every one).")
 @click.option("--step", type=int, help="Profiler step N of ProfilerStep#N (critical_path).")
