@@ -4,8 +4,10 @@ numbers, the CUDA fixtures and the corpus, against tests/analysis_oracle.py."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 import tracedb
+from tracedb.cli import main
 from analysis_oracle import (cupti_counters, gpu_annotations, gpu_intervals, idle_breakdown, kernel_sequences,
                              memory_bandwidth, memory_peaks, memory_series, memory_timeline, queue_series,
                              queue_summary, step_window)
@@ -295,6 +297,12 @@ def path_db(tmp_path_factory):
     root = tmp_path_factory.mktemp("path")
     write_trace(root / "runs" / "base" / "train" / "rank0.json", path_events(250))
     write_trace(root / "runs" / "target" / "train" / "rank0.json", path_events(300))
+    write_trace(root / "runs" / "threads" / "train" / "rank0.json", [
+        _x("user_annotation", "ProfilerStep#1", 0, 500, 1, 1),
+        _x("cpu_op", "backward", 0, 400, 1, 1),
+        _x("cpu_op", "autograd::engine", 100, 200, 1, 2),
+        _x("cuda_runtime", "cudaLaunchKernel", 200, 10, 1, 2, correlation=1),
+        _gpu("K", 250, 350, 1)])
     db = tracedb.open(root / "wh")
     db.ingest([root / "runs"], jobs=1)
     yield db
@@ -327,6 +335,16 @@ def test_critical_path_small(path_db):
     assert [g["name"] for g in only_kernels] == ["K1", "K2"]
 
 
+def test_critical_path_follows_the_launching_thread(path_db):
+    """K is launched from thread 2 at 200 and ends at 600, after the step
+    (500): the path runs back through the launch to thread 2, whose gap
+    before 100 hands it to the main thread."""
+    got = _records(path_db.query("critical_path", run="threads", rank=0, step=1))
+    assert [(g["kind"], g["name"], g["lane"], g["offset_us"], g["dur_us"]) for g in got] == [
+        ("cpu", "backward", "cpu 1/1", 0, 100), ("cpu", "autograd::engine", "cpu 1/2", 100, 100),
+        ("launch", "cudaLaunchKernel", "gpu 0/7", 200, 50), ("kernel", "K", "gpu 0/7", 250, 350)]
+
+
 def test_critical_path_errors(path_db):
     with pytest.raises(tracedb.QueryError, match=r"critical_path needs --step"):
         path_db.query("critical_path", run="target", rank=0)
@@ -334,6 +352,26 @@ def test_critical_path_errors(path_db):
         path_db.query("critical_path", run="target", rank=0, step=7)
     with pytest.raises(tracedb.QueryError, match=r"critical_path_summary takes no --base"):
         path_db.query("critical_path_summary", run="target", rank=0, step=1, base="base")
+
+
+def test_critical_path_cli(path_db):
+    w = str(path_db.warehouse)
+    res = CliRunner().invoke(main, ["-w", w, "views"])
+    listed = {line.split()[0] for line in res.stdout.splitlines() if line.strip()}
+    assert {"idle_breakdown", "queue_length", "queue_length_summary", "memory_bandwidth", "kernel_sequences",
+            "critical_path", "critical_path_summary", "gpu_annotations", "memory_timeline", "memory_peak",
+            "cupti_counters"} <= listed
+    res = CliRunner().invoke(main, ["-w", w, "views", "critical_path"])
+    assert res.exit_code == 0 and "offset_us" in res.stdout and "Piece start from the step's start" in res.stdout
+    res = CliRunner().invoke(main, ["-w", w, "query", "critical_path_summary", "--run", "target", "--rank", "0",
+                                    "--step", "1", "-f", "csv"])
+    assert res.exit_code == 0
+    got = [line.split(",")[4:7] for line in res.stdout.splitlines()[1:]]
+    assert got == [["kernel", "2", "350.0"], ["comm", "1", "300.0"], ["launch", "2", "240.0"], ["cpu", "4", "200.0"],
+                   ["sync", "1", "10.0"]]
+    res = CliRunner().invoke(main, ["-w", w, "query", "critical_path", "--run", "target", "--rank", "0"])
+    assert res.exit_code == 1
+    assert res.stderr.strip() == "Error: critical_path needs --step (profiler step N (with span: the instance, from 0))"
 
 
 def _check_path(db, events: list[dict], run: str, step: int, phase: str | None = None, shift_ns: int = 0,

@@ -109,6 +109,8 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     if rank is not None and f"{name}_by_rank" in views:
         name = f"{name}_by_rank"
     info = views[name]
+    if info.kind == "python":
+        raise QueryError(f"{name} is computed in Python, not SQL: run it with query()")
     params: list = []
     filters = {"run": run, "rank": rank, "phase": phase, "kind": kind}
     if info.kind == "macro":
