@@ -8,9 +8,7 @@ SELECT
     -- Instant of the allocation or free, nanoseconds.
     ts_ns,
     -- cpu (Device Type 0), cuda (1), or the Device Type number as text.
-    CASE TRY_CAST(json_extract_string(args, '$."Device Type"') AS BIGINT)
-        WHEN 0 THEN 'cpu' WHEN 1 THEN 'cuda'
-        ELSE json_extract_string(args, '$."Device Type"') END AS device_type,
+    CASE json_extract_string(args, '$."Device Type"') WHEN '0' THEN 'cpu' WHEN '1' THEN 'cuda' ELSE json_extract_string(args, '$."Device Type"') END AS device_type,
     -- Device Id (-1 for the CPU).
     TRY_CAST(json_extract_string(args, '$."Device Id"') AS BIGINT) AS device,
     -- Bytes allocated (positive) or freed (negative).

@@ -14,6 +14,11 @@ WITH peaks AS (
     QUALIFY row_number() OVER (PARTITION BY run, rank, phase, device_type, device
                                ORDER BY allocated_bytes DESC, ts_ns, event_id) = 1
 ),
+reserved AS (
+    SELECT file_id, device_type, device, max(reserved_bytes) AS max_reserved_bytes
+    FROM int_memory_events
+    GROUP BY file_id, device_type, device
+),
 ops AS (
     SELECT p.file_id, p.event_id, o.name
     FROM peaks p
@@ -33,8 +38,7 @@ SELECT
     -- Reserved bytes at the peak.
     p.reserved_bytes AS reserved_bytes,
     -- Highest reserved bytes over the trace.
-    (SELECT max(m.reserved_bytes) FROM int_memory_events m
-     WHERE m.file_id = p.file_id AND m.device_type = p.device_type AND m.device = p.device) AS max_reserved_bytes,
+    r.max_reserved_bytes,
     -- Instant the peak was first reached, nanoseconds.
     p.ts_ns AS peak_ts_ns,
     -- Size of the allocation that reached the peak, bytes.
@@ -45,4 +49,5 @@ SELECT
     (SELECT min(s.step) FROM int_steps s
      WHERE s.file_id = p.file_id AND s.ts_ns <= p.ts_ns AND p.ts_ns < s.end_ns) AS step
 FROM peaks p
+JOIN reserved r ON r.file_id = p.file_id AND r.device_type = p.device_type AND r.device = p.device
 LEFT JOIN ops o ON o.file_id = p.file_id AND o.event_id = p.event_id;
