@@ -210,6 +210,7 @@ def walk(s: Step, events: list[Event]) -> list[Piece]:
             pieces.append(Piece(kind, a, b, event, lane))
 
     state: tuple = ("gpu", last) if last is not None and last.end > s.end else ("cpu", s.lane, s.end)
+    # every move goes back in time or to an earlier operation of a stream: a bound, not a stop
     for _ in range(4 * len(events) + 16):
         if state[0] == "gpu":
             g: Event = state[1]
@@ -252,7 +253,8 @@ def walk(s: Step, events: list[Event]) -> list[Piece]:
 def _merge(pieces: list[Piece]) -> list[Piece]:
     out: list[Piece] = []
     for p in pieces:
-        if out and out[-1].end == p.ts and (out[-1].kind, out[-1].event, out[-1].lane) == (p.kind, p.event, p.lane):
+        last = out[-1] if out else None
+        if last is not None and last.end == p.ts and last.event is p.event and (last.kind, last.lane) == (p.kind, p.lane):
             out[-1].end = p.end
         else:
             out.append(p)
