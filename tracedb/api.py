@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 import duckdb
 
 from .discover import TraceFile, discover
-from .query import ViewInfo, build, list_views
+from .query import ViewInfo, list_views, query, view_columns
 from .warehouse import Warehouse
 
 # The writing side (parsers, Parquet writer, pyarrow, numpy) is imported by
@@ -125,9 +125,7 @@ class TraceDB:
     def query(self, name: str, **params) -> duckdb.DuckDBPyRelation:
         """Run a view of the library: ``query("hotspots", run="v2", limit=10)``;
         ``tags={"dtype": "bf16"}`` keeps the runs that carry every one of them."""
-        con = self.connect()
-        sql, args = build(con, name, **params)
-        return con.sql(sql, params=args) if args else con.sql(sql)
+        return query(self.connect(), name, **params)
 
     def sql(self, text: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
         """Any read-only SQL over the catalog."""
@@ -142,6 +140,10 @@ class TraceDB:
 
     def views(self, layer: str | None = None) -> list[ViewInfo]:
         return list_views(self.connect(), layer)
+
+    def view_columns(self, name: str) -> list[tuple[str, str | None, str | None]]:
+        """(column, type, doc) of each column of a view, macro or Python-computed mart."""
+        return view_columns(self.connect(), name)
 
     def runs(self) -> duckdb.DuckDBPyRelation:
         """What is in the warehouse: one row per run and phase, with the

@@ -176,15 +176,21 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
 @click.option("--rank", type=int, help="One rank (views with a per-rank variant use it).")
 @click.option("--phase", help="Phase to show.")
 @click.option("--kind", help="kernel, cpu_op or annotation (hotspots; default: kernels if any).")
-@click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%').")
+@click.option("--span", help="Span name or SQL LIKE pattern (latency; default: 'ProfilerStep#%'); "
+              "critical_path: an annotation to use instead of ProfilerStep#N, --step its instance from 0.")
 @click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
               help="Only runs with this tag (repeatable: every one).")
+@click.option("--step", type=int, help="Profiler step N of ProfilerStep#N (critical_path).")
+@click.option("--resolution-us", type=click.FloatRange(min=0, min_open=True),
+              help="Bucket width of a time series, microseconds (queue_length, memory_bandwidth_series, "
+                   "memory_timeline; default 1000).")
+@click.option("--k", type=click.IntRange(min=1), help="Sequence length (kernel_sequences; default 3).")
 @click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
 @_warehouse_option
 @click.pass_context
-def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, output):
+def query(ctx, name, run, base, rank, phase, kind, span, tags, step, resolution_us, k, limit, fmt, output):
     """Run a view of the library (see `tracedb views`).
 
     \b
@@ -194,10 +200,12 @@ def query(ctx, name, run, base, rank, phase, kind, span, tags, limit, fmt, outpu
       tracedb query regressions --base v1 --run v2
       tracedb query latency --run v2 --span 'forward%'
       tracedb query latency --span forward --base bs1 --tag dtype=fp32
+      tracedb query queue_length --run v2 --rank 0 --resolution-us 100
+      tracedb query critical_path --run v2 --rank 0 --step 2
     """
     db = _db(ctx)
     rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span,
-                   tags=tags or None)
+                   tags=tags or None, step=step, resolution_us=resolution_us, k=k)
     _emit(rel, fmt, output)
 
 
@@ -248,10 +256,7 @@ def views(ctx, name, show_all):
         click.echo(f"{v.name} ({v.layer} {v.kind})\n  {v.description}")
         for p, doc in v.params.items():
             click.echo(f"  param {p}: {doc}")
-        rows = db.sql(
-            "SELECT column_name, data_type, description FROM tracedb_view_columns "
-            "WHERE view_name = ? ORDER BY position", [name]).fetchall()
-        for col, typ, doc in rows:
+        for col, typ, doc in db.view_columns(name):
             click.echo(f"  {col:<24} {typ or '':<12} {doc or ''}".rstrip())
         return
     for v in infos:

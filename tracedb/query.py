@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from . import critical_path
 from .errors import QueryError, UnknownView
 
 FILTER_COLUMNS = ("run", "rank", "phase", "kind")
@@ -40,10 +41,53 @@ def list_views(con: duckdb.DuckDBPyConnection, layer: str | None = None) -> list
         sql += " WHERE layer = ?"
         args.append(layer)
     sql += " ORDER BY CASE layer WHEN 'marts' THEN 0 WHEN 'intermediate' THEN 1 ELSE 2 END, name"
-    return [
+    found = [
         ViewInfo(n, lay, k, d, json.loads(p) if p else {}, o, dk or [])
         for n, lay, k, d, p, o, dk in con.execute(sql, args).fetchall()
     ]
+    if layer in (None, "marts"):
+        found += [ViewInfo(n, "marts", "python", m.description, m.params, m.order_by, [])
+                  for n, m in critical_path.MARTS.items()]
+        found.sort(key=lambda v: (("marts", "intermediate", "staging").index(v.layer), v.name))
+    return found
+
+
+def view_columns(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[str, str | None, str | None]]:
+    """(column, type, doc) of a view, macro or Python-computed mart."""
+    if name in critical_path.MARTS:
+        return [(c, t, doc) for c, (t, doc) in critical_path.MARTS[name].columns.items()]
+    return con.execute("SELECT column_name, data_type, description FROM tracedb_view_columns "
+                       "WHERE view_name = ? ORDER BY position", [name]).fetchall()
+
+
+def query(con: duckdb.DuckDBPyConnection, name: str, **params) -> duckdb.DuckDBPyRelation:
+    """Run a mart: a view or macro of the library through `build`, or one
+    computed in Python (critical_path*: see tracedb/critical_path.py)."""
+    if params.get("base") is not None and f"{name}_compare" in critical_path.MARTS:
+        name = f"{name}_compare"
+    if name not in critical_path.MARTS:
+        sql, args = build(con, name, **params)
+        return con.sql(sql, params=args) if args else con.sql(sql)
+    return _python_mart(con, name, **params)
+
+
+def _python_mart(con: duckdb.DuckDBPyConnection, name: str, *, run=None, base=None, rank=None, phase=None,
+                 kind=None, limit=None, tags=None, step=None, span=None, **extra) -> duckdb.DuckDBPyRelation:
+    stray = [k for k, v in {"tag": tags, **extra}.items() if v is not None]
+    if base is not None and "base" not in critical_path.MARTS[name].params:
+        stray.insert(0, "base")
+    if stray:
+        raise QueryError(f"{name} takes no --{_option(stray[0])}")
+    table = critical_path.compute(con, name, run=run, rank=rank, step=step, phase=phase, base=base, span=span)
+    rel = con.from_arrow(table)
+    if kind is not None:
+        rel = rel.filter(duckdb.ColumnExpression("kind") == duckdb.ConstantExpression(kind))
+    rel = rel.order(critical_path.MARTS[name].order_by)
+    if limit is not None:
+        if limit < 0:
+            raise QueryError("--limit must be 0 or more")
+        rel = rel.limit(limit)
+    return rel
 
 
 def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
@@ -65,6 +109,8 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     if rank is not None and f"{name}_by_rank" in views:
         name = f"{name}_by_rank"
     info = views[name]
+    if info.kind == "python":
+        raise QueryError(f"{name} is computed in Python, not SQL: run it with query()")
     params: list = []
     filters = {"run": run, "rank": rank, "phase": phase, "kind": kind}
     if info.kind == "macro":
@@ -74,11 +120,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
             filters["run"] = None
         unknown = [k for k, v in given.items() if v is not None and k not in info.params]
         if unknown:
-            raise QueryError(f"{name} takes no --{unknown[0]}")
+            raise QueryError(f"{name} takes no --{_option(unknown[0])}")
         missing = [p for p in info.params if given.get(p) is None and "default" not in info.params[p]]
         if missing:
             opt = "run" if missing[0] == "target" else missing[0]
-            raise QueryError(f"{name} needs --{opt} ({info.params[missing[0]]})")
+            raise QueryError(f"{name} needs --{_option(opt)} ({info.params[missing[0]]})")
         args = []
         for p in info.params:
             if given.get(p) is not None:
@@ -89,7 +135,7 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     else:
         stray = [k for k, v in {"base": base, **extra}.items() if v is not None]
         if stray:
-            raise QueryError(f"{name} takes no --{stray[0]}")
+            raise QueryError(f"{name} takes no --{_option(stray[0])}")
         source = name
         columns = _columns(con, name)
     for col, value in filters.items():
@@ -118,6 +164,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
             raise QueryError("--limit must be 0 or more")
         sql += f" LIMIT {int(limit)}"
     return sql, params
+
+
+def _option(param: str) -> str:
+    """The CLI option of a parameter: resolution_us -> resolution-us."""
+    return param.replace("_", "-")
 
 
 def _default_kind(con: duckdb.DuckDBPyConnection, source: str, params: list,

@@ -53,7 +53,9 @@ _GRAIN_RE = re.compile(r"^grain\s*:\s*\S", re.IGNORECASE)
 # What is not a name in SQL text: comments, string literals, quoted names.
 _NOT_NAMES_RE = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
 _CTE_RE = re.compile(r"\b(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.IGNORECASE)
-_WORD_RE = re.compile(r"\b[A-Za-z_]\w*\b")
+# A relation is read where FROM or JOIN names it (no view here joins with a
+# comma); a column or alias that shares a view's name is not a read.
+_SOURCE_RE = re.compile(r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -157,12 +159,12 @@ def load_view_files(root: Path) -> list[ViewDef]:
 
 
 def reads(v: ViewDef, names: set[str]) -> set[str]:
-    """The views of ``names`` that the SQL of ``v`` reads: the names it
-    mentions outside comments and string literals, less its own common table
-    expressions and itself."""
+    """The views of ``names`` that the SQL of ``v`` reads: the names after
+    FROM or JOIN outside comments and string literals, less its own common
+    table expressions and itself."""
     body = _NOT_NAMES_RE.sub(" ", v.sql)
     ctes = {c.lower() for c in _CTE_RE.findall(body)}
-    words = {w.lower() for w in _WORD_RE.findall(body)}
+    words = {w.lower() for w in _SOURCE_RE.findall(body)}
     return (words & names) - ctes - {v.name}
 
 
