@@ -134,6 +134,9 @@ def _mapped(tree: exp.Expression, dialect: str) -> exp.Expression:
 def generate(tree: exp.Expression, dialect: str) -> str:
     """SQL text of a DuckDB tree in ``dialect``; Untranslatable when sqlglot
     cannot express a part of it."""
+    for join in tree.find_all(exp.Join):
+        if (join.args.get("method") or "").upper() == "ASOF":
+            raise Untranslatable(f"ASOF JOIN (nearest preceding row): {dialect} SQL has no such join")
     try:
         return _mapped(tree, dialect).sql(dialect=dialect, unsupported_level=sqlglot.ErrorLevel.RAISE,
                                           comments=False)
