@@ -26,6 +26,8 @@ from .query import ViewInfo, build, list_views
 # half the time without them.
 if TYPE_CHECKING:
     from .check import CheckReport
+    from pyspark.sql import SparkSession
+
     from .ingest import FileResult, IngestReport
 
 DEFAULT_WAREHOUSE = "tracedb"
@@ -74,11 +76,12 @@ class TraceDB:
                run: str | None = None, rank: int | None = None, phase: str | None = None,
                jobs: int | None = None, tags: dict[str, str] | None = None,
                on_result: Callable[[FileResult], None] | None = None,
-               on_wait: Callable[[str], None] | None = None) -> IngestReport:
+               on_wait: Callable[[str], None] | None = None, spark: SparkSession | None = None) -> IngestReport:
         """Ingest trace files (or folders of them). Already-ingested content is
         skipped; failures are recorded in ``traces`` and reported, never raised.
         Each run ingested (or already there) gets the tags of the run.json
-        beside its traces, then ``tags`` (tracedb.tags)."""
+        beside its traces, then ``tags`` (tracedb.tags). With ``spark``, the
+        files are ingested on its executors (tracedb.spark.ingest)."""
         from . import tags as run_tags
         from .ingest import run_ingest
 
@@ -87,8 +90,13 @@ class TraceDB:
         configs = run_tags.run_configs(files)
         self._check_writable_target()
         self.close()
-        jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-        report = run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
+        if spark is not None:
+            from .spark.ingest import ingest as spark_ingest
+
+            report = spark_ingest(spark, self.warehouse, files, on_result=on_result, on_wait=on_wait)
+        else:
+            jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+            report = run_ingest(self.warehouse, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
         present = {r.run for r in report.results if r.status != "failed"}
         wanted = {r: {**configs.get(r, {}), **(tags or {})} for r in present}
         if any(wanted.values()):

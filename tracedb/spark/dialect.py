@@ -6,8 +6,8 @@ syntax tree before generating:
 
 - ``quantile_cont(x, q)`` -> ``percentile(x, q)`` (Spark's linear
   interpolation, as DuckDB's);
-- ``arg_max(v, (a, b))`` / ``arg_min``: the tuple becomes a struct, which
-  Spark orders field by field as DuckDB orders the tuple;
+- ``arg_max(v, (a, b))`` / ``arg_min``: the tuple becomes a struct (Trino:
+  a ROW), ordered field by field as DuckDB orders the tuple;
 - ``GROUP BY ALL`` -> the non-aggregate columns of the select list;
 - the JSON type -> text (Spark's JSON functions read strings);
 - table macros (``CREATE MACRO f(p, q := 1) AS TABLE ...``): Spark has no
@@ -116,7 +116,9 @@ def _map_node(node: exp.Expression, dialect: str) -> exp.Expression:
         if dialect == "spark":
             return exp.Anonymous(this="percentile", expressions=[a.copy() for a in args])
         return exp.Anonymous(this="approx_percentile", expressions=[a.copy() for a in args])
-    if isinstance(node, (exp.ArgMax, exp.ArgMin)) and isinstance(node.expression, exp.Tuple):
+    if isinstance(node, (exp.ArgMax, exp.ArgMin)) and isinstance(node.expression, exp.Tuple) and dialect == "trino":
+        node.set("expression", exp.Anonymous(this="ROW", expressions=[e.copy() for e in node.expression.expressions]))
+    elif isinstance(node, (exp.ArgMax, exp.ArgMin)) and isinstance(node.expression, exp.Tuple):
         fields = [exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=e.copy())
                   for i, e in enumerate(node.expression.expressions)]
         node.set("expression", exp.Struct(expressions=fields))
@@ -234,3 +236,41 @@ def translate(defs: list[ViewDef], dialect: str = "spark") -> tuple[dict[str, st
 
 def macros_of(defs: list[ViewDef]) -> dict[str, Macro]:
     return {v.name: parse_macro(v) for v in defs if v.kind == "macro"}
+
+
+def export(defs: list[ViewDef], out_dir, dialect: str = "spark") -> tuple[list, dict[str, str]]:
+    """Write the library in ``dialect`` to ``out_dir``: one file per view
+    (``NN_name.sql``, numbered in dependency order: run them in that order),
+    a macro as a query with named parameter markers (``:base``). Returns the
+    files written and what could not be expressed, with why."""
+    from pathlib import Path
+
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sql, why = translate(defs, dialect)
+    written = []
+    for i, v in enumerate(defs, start=1):
+        if v.name not in sql:
+            continue
+        header = [f"-- {line}" for line in _wrap(v.description)]
+        if v.per_trace:
+            header.append(f"-- tracedb reads this view from <warehouse>/summaries/{v.name}/ (Parquet, computed "
+                          "at ingest); this SQL computes the same from the events.")
+        if v.kind == "macro":
+            header.append("-- A table macro: run it as a query; its parameters are named markers "
+                          + ", ".join(f":{p} ({doc})" for p, doc in v.params.items()) + ".")
+            text = "\n".join(header) + "\n" + sql[v.name] + ";\n"
+        else:
+            text = "\n".join(header) + f"\nCREATE OR REPLACE VIEW {v.name} AS\n{sql[v.name]};\n"
+        path = out / f"{i:02d}_{v.name}.sql"
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written, why
+
+
+def _wrap(text: str, width: int = 76) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]

@@ -17,7 +17,7 @@ import sqlglot
 from ..errors import QueryError
 from ..query import ViewInfo, check_filters, checked_limit, resolve
 from . import dialect
-from .register import Registered, duckdb_semantics, register
+from .register import Registered, duckdb_semantics, library, register
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,7 +44,9 @@ def query(spark: SparkSession, warehouse: str | Path, name: str, *, run: str | N
     registering the warehouse's views again."""
     from pyspark.sql import functions as F
 
-    reg = registered or register(spark, warehouse)
+    reg = registered or register(spark, warehouse, only=[n for n in (name, f"{name}_compare", f"{name}_by_rank",
+                                                                    f"{name}_compare_by_rank")
+                                                          if n in {v.name for v in library()}])
     r = resolve(view_infos(reg), name, run=run, base=base, rank=rank, phase=phase, kind=kind, **extra)
     info, filters, name = r.info, r.filters, r.info.name
     if name in reg.unsupported:
@@ -78,3 +80,11 @@ def query(spark: SparkSession, warehouse: str | Path, name: str, *, run: str | N
                 sql += f" LIMIT {checked_limit(limit)}"
             df = spark.sql(sql, src=df)
     return df
+
+
+def query_relation(spark: SparkSession, warehouse: str | Path, name: str, **params: object):
+    """``query``'s result collected to the driver (a mart: small) as a
+    DuckDB relation, for the output formats of ``tracedb query``."""
+    import duckdb
+
+    return duckdb.from_arrow(query(spark, warehouse, name, **params).toArrow())

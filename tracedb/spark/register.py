@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # DuckDB's semantics where Spark's ANSI mode differs: an invalid cast or a
 # division by zero gives NULL, not an error. Set while views are analyzed
 # (a temp view keeps the settings it was made under).
-_SESSION_CONF = {"spark.sql.ansi.enabled": "false"}
+_SESSION_CONF = {"spark.sql.ansi.enabled": "false", "spark.sql.legacy.storeAnalyzedPlanForView": "true"}
 
 
 @dataclass
@@ -130,10 +130,17 @@ def _parquet(spark: SparkSession, base: Path, files: list[str], schema: str) -> 
     return reader.parquet(*files)
 
 
-def register(spark: SparkSession, warehouse: str | Path) -> Registered:
+def library() -> list[ViewDef]:
+    """The view library, in dependency order."""
+    return load_view_files(resource_dir("queries"))
+
+
+def register(spark: SparkSession, warehouse: str | Path, only: list[str] | None = None) -> Registered:
     """Temp views for ``traces``, ``events``, ``flows``, ``counters``, the
-    per-trace summaries and every view of the library; returns what was
-    registered and what could not be."""
+    per-trace summaries and every view of the library (or of ``only`` and
+    the views they require: Spark analyzes each view as it is made, seconds
+    for the whole library); returns what was registered and what could
+    not be."""
     warehouse = Path(warehouse).expanduser().absolute()
     traces, ok = _catalog_rows(warehouse)
     defs = load_view_files(resource_dir("queries"))
@@ -153,8 +160,9 @@ def register(spark: SparkSession, warehouse: str | Path) -> Registered:
         summary_views = _summaries(spark, warehouse, defs, ok)
         sql, reg.unsupported = dialect.translate(defs, "spark")
         reg.macros = {name: m for name, m in dialect.macros_of(defs).items() if name not in reg.unsupported}
+        wanted = {v.name for v in summaries.requirements(defs, only)} if only is not None else None
         for v in defs:
-            if v.kind == "macro" or v.name in reg.unsupported:
+            if v.kind == "macro" or v.name in reg.unsupported or (wanted is not None and v.name not in wanted):
                 continue
             missing = [d for d in v.requires if d in reg.unsupported]
             if missing:
