@@ -41,7 +41,9 @@ def session(master: str | None = None, app_name: str = "tracedb") -> SparkSessio
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.showConsoleProgress", "false"))
     if master.startswith("local"):
-        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+        # pyspark starts its Python workers with $PYSPARK_PYTHON, else python3.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("FATAL")  # errors reach the caller as exceptions
     return spark
