@@ -43,7 +43,9 @@ def session(master: str | None = None, app_name: str = "tracedb") -> SparkSessio
     if master.startswith("local"):
         # pyspark starts its Python workers with $PYSPARK_PYTHON, else python3.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = builder.config("spark.ui.enabled", "false")
+        # Marts are small: Spark's 200 shuffle partitions would be 200 tasks
+        # per shuffle on a few cores.
+        builder = builder.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("FATAL")  # errors reach the caller as exceptions
     return spark

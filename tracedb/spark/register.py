@@ -86,7 +86,7 @@ def _catalog_rows(warehouse: Path):
                            "ORDER BY column_index").fetchall()
         # JSON as text, as Spark reads JSON.
         select = ", ".join(f'CAST("{c}" AS VARCHAR) AS "{c}"' if t == "JSON" else f'"{c}"' for c, t in cols)
-        table = con.execute(f"SELECT {select} FROM traces ORDER BY run, rank, phase, file_id").to_arrow_table()
+        table = con.sql(f"SELECT {select} FROM traces ORDER BY run, rank, phase, file_id").to_arrow_table()
         ok = con.execute(
             "SELECT files, summaries, summaries_fingerprint FROM traces WHERE status = 'ok' "
             "ORDER BY run, rank, phase, file_id").fetchall()
@@ -101,7 +101,7 @@ def _small(spark: SparkSession, sql: str, warehouse: Path) -> DataFrame:
     try:
         load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
         tags.bind(con, warehouse)
-        table = con.execute(sql).to_arrow_table()
+        table = con.sql(sql).to_arrow_table()
     finally:
         con.close()
     return _frame(spark, table)
