@@ -30,7 +30,7 @@ from tracedb.errors import QueryError  # noqa: E402
 from tracedb.spark import query, register  # noqa: E402
 from tracedb.spark.dialect import translate  # noqa: E402
 from tracedb.spark.ingest import session  # noqa: E402
-from tracedb.spark.register import library  # noqa: E402
+from tracedb.spark.dialect import library  # noqa: E402
 
 # Spark's start, a Spark ingest and the library's views: minutes, not seconds.
 pytestmark = pytest.mark.slow

@@ -250,11 +250,9 @@ class _ViewsGroup(_Errors):
 def _not_on_spark() -> dict[str, str]:
     """View -> why it cannot run on Spark ({} without sqlglot)."""
     try:
-        from .spark.dialect import translate
+        from .spark.dialect import library, translate
     except ImportError:
         return {}
-    from .spark.register import library
-
     return translate(library(), "spark")[1]
 
 
@@ -315,11 +313,9 @@ def views_export(dialect, out_dir):
       tracedb views export --dialect spark -o spark_sql/
     """
     try:
-        from .spark.dialect import export
+        from .spark.dialect import export, library
     except ImportError as e:
         raise click.ClickException(f"views export needs sqlglot: pip install 'tracedb[spark]' ({e})")
-    from .spark.register import library
-
     written, why = export(library(), out_dir, dialect)
     for view, reason in why.items():
         _err(f"Not expressible in {dialect}: {view}: {reason}")

@@ -6,7 +6,8 @@ ingest fanned out over a cluster's executors (``ingest``).
     query(spark, "wh", "hotspots", run="v2").show()
 
 Needs the ``spark`` extra (``pip install 'tracedb[spark]'``) and a Java
-runtime; the SQL is generated from queries/ by dialect.py.
+runtime; the SQL is generated from queries/ by dialect.py. pyspark itself is
+imported by the functions that use it.
 """
 
 from __future__ import annotations

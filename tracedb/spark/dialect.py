@@ -31,10 +31,16 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from ..views import ViewDef
+from ..catalog import resource_dir
+from ..views import ViewDef, load_view_files
 
 DIALECTS = ("spark", "trino")
 _MACRO_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+MACRO\s+(\w+)\s*\((.*?)\)\s*AS\s+TABLE\b", re.IGNORECASE | re.DOTALL)
+
+
+def library() -> list[ViewDef]:
+    """The view library, in dependency order."""
+    return load_view_files(resource_dir("queries"))
 
 
 class Untranslatable(Exception):

@@ -22,13 +22,10 @@ from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 
-from .. import summaries, tags
-from ..catalog import Catalog, resource_dir
-from ..errors import WarehouseError
-from ..schema import SCHEMAS
-from ..summaries import SUMMARY_DIR
-from ..views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, load_view_files, raw_columns
+from ..catalog import Catalog
+from ..views import COMM_PATTERNS_CSV, ViewDef, load_comm_patterns, raw_columns
 from . import dialect
+from .dialect import library
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,6 +94,8 @@ def _catalog_rows(warehouse: Path):
 
 def _small(spark: SparkSession, sql: str, warehouse: Path) -> DataFrame:
     """A small table the driver computes with DuckDB (comm patterns, tags)."""
+    from .. import tags
+
     con = duckdb.connect()
     try:
         load_comm_patterns(con, warehouse / COMM_PATTERNS_CSV)
@@ -130,22 +129,20 @@ def _parquet(spark: SparkSession, base: Path, files: list[str], schema: str) -> 
     return reader.parquet(*files)
 
 
-def library() -> list[ViewDef]:
-    """The view library, in dependency order."""
-    return load_view_files(resource_dir("queries"))
-
-
 def register(spark: SparkSession, warehouse: str | Path, only: list[str] | None = None) -> Registered:
     """Temp views for ``traces``, ``events``, ``flows``, ``counters``, the
     per-trace summaries and every view of the library (or of ``only`` and
     the views they require: Spark analyzes each view as it is made, seconds
     for the whole library); returns what was registered and what could
     not be."""
+    from pyspark.errors import AnalysisException
+
+    from .. import summaries
+    from ..schema import SCHEMAS
+
     warehouse = Path(warehouse).expanduser().absolute()
     traces, ok = _catalog_rows(warehouse)
     defs = load_view_files(resource_dir("queries"))
-    from pyspark.errors import AnalysisException
-
     reg = Registered(warehouse, defs)
     with duckdb_semantics(spark):
         _frame(spark, traces).createOrReplaceTempView("traces")
@@ -183,6 +180,8 @@ def register(spark: SparkSession, warehouse: str | Path, only: list[str] | None 
 def _summaries(spark: SparkSession, warehouse: Path, defs: list[ViewDef], ok: list) -> dict[str, DataFrame]:
     """view -> its summary Parquet, when every trace has current summaries
     (else {}: the views compute from the events, as in the DuckDB catalog)."""
+    from .. import summaries
+
     views = summaries.per_trace(defs)
     current = summaries.fingerprint(defs, warehouse)
     listed = [json.loads(s or "{}") for _, s, made_by in ok if made_by == current]
@@ -191,6 +190,6 @@ def _summaries(spark: SparkSession, warehouse: Path, defs: list[ViewDef], ok: li
     out = {}
     for v in views:
         files = [str(warehouse / s[v.name]) for s in listed]
-        out[v.name] = spark.read.option("basePath", str(warehouse / SUMMARY_DIR / v.name)).parquet(*files)
+        out[v.name] = spark.read.option("basePath", str(warehouse / summaries.SUMMARY_DIR / v.name)).parquet(*files)
     return out
 
