@@ -122,7 +122,8 @@ def _cases() -> list[tuple[str, dict]]:
         else:
             cases.append((v.name, {}))
         if "span" in v.params:
-            cases.append((v.name, {"span": "ProfilerStep%", "run": "v2"}))
+            cases.append((v.name, {"span": "ProfilerStep%", "run": "v2",
+                                   **({"base": "v1"} if "base" in required else {})}))
     cases += [("hotspots", {"rank": 1, "run": "v2"}), ("comm_latency", {"rank": 0}),
               ("latency", {"base": "v1", "span": "ProfilerStep%"}), ("hotspots", {"run": "cuda_v1", "limit": 5})]
     return cases
