@@ -142,7 +142,7 @@ def register(spark: SparkSession, warehouse: str | Path, only: list[str] | None 
 
     warehouse = Path(warehouse).expanduser().absolute()
     traces, ok = _catalog_rows(warehouse)
-    defs = load_view_files(resource_dir("queries"))
+    defs = library()
     reg = Registered(warehouse, defs)
     with duckdb_semantics(spark):
         _frame(spark, traces).createOrReplaceTempView("traces")
