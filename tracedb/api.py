@@ -24,11 +24,14 @@ from .warehouse import Warehouse
 # the methods that use it: a query needs only DuckDB, and starts in under
 # half the time without them.
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from .check import CheckReport
     from .export import ExportResult
     from .ingest import FileResult, IngestReport
-    from .serve import ServeConfig, Server
     from .report import ReportResult
+    from .serve import ServeConfig, Server
+
 
 class TraceDB:
     """A warehouse: Parquet files plus the DuckDB catalog that points at them
@@ -51,11 +54,12 @@ class TraceDB:
                run: str | None = None, rank: int | None = None, phase: str | None = None,
                jobs: int | None = None, tags: dict[str, str] | None = None,
                on_result: Callable[[FileResult], None] | None = None,
-               on_wait: Callable[[str], None] | None = None) -> IngestReport:
+               on_wait: Callable[[str], None] | None = None, spark: SparkSession | None = None) -> IngestReport:
         """Ingest trace files (or folders of them). Already-ingested content is
         skipped; failures are recorded in ``traces`` and reported, never raised.
         Each run ingested (or already there) gets the tags of the run.json
-        beside its traces, then ``tags`` (tracedb.tags)."""
+        beside its traces, then ``tags`` (tracedb.tags). With ``spark``, the
+        files are ingested on its executors (tracedb.spark.ingest)."""
         from . import tags as run_tags
         from .ingest import run_ingest
 
@@ -64,8 +68,13 @@ class TraceDB:
         configs = run_tags.run_configs(files)
         self.wh.check_target()
         self.close()
-        jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-        report = run_ingest(self.wh, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
+        if spark is not None:
+            from .spark.ingest import ingest as spark_ingest
+
+            report = spark_ingest(spark, self.wh, files, on_result=on_result, on_wait=on_wait)
+        else:
+            jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+            report = run_ingest(self.wh, files, jobs=jobs, on_result=on_result, on_wait=on_wait)
         present = {r.run for r in report.results if r.status != "failed"}
         wanted = {r: {**configs.get(r, {}), **(tags or {})} for r in present}
         if any(wanted.values()):

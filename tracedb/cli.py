@@ -40,6 +40,22 @@ def _emit(rel: duckdb.DuckDBPyRelation, fmt: str, output: str | None) -> None:
         write(rel, fmt, sys.stdout, output)
 
 
+ENGINES = ("duckdb", "spark")
+
+
+def _spark(engine: str, master: str | None):
+    """The SparkSession of --engine spark (None for duckdb)."""
+    if engine != "spark":
+        if master:
+            raise click.UsageError("--spark-master goes with --engine spark")
+        return None
+    try:
+        from .spark.ingest import session
+    except ImportError as e:
+        raise click.ClickException(f"--engine spark needs the spark extra: pip install 'tracedb[spark]' ({e})")
+    return session(master)
+
+
 def _tags(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
     """``--tag k=v`` options as a dict (the last of a key wins)."""
     tags = {}
@@ -103,9 +119,12 @@ def main(ctx: click.Context, warehouse: str) -> None:
 @click.option("--tag", "tags", multiple=True, callback=_tags, metavar="KEY=VALUE",
               help="Configuration tag for every run ingested (repeatable); adds to a run.json beside the traces.")
 @click.option("--dry-run", is_flag=True, help="Show the run/rank/phase mapping and stop.")
+@click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
+              help="duckdb on this machine, or spark (needs the spark extra and Java).")
+@click.option("--spark-master", metavar="URL", help="With --engine spark: local[*] (default), spark://host:7077, yarn, ...")
 @_warehouse_option
 @click.pass_context
-def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
+def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run, engine, spark_master):
     """Ingest trace files and folders (*.json, *.json.gz) into the warehouse.
 
     Content already ingested is skipped; a file that fails is named on stderr
@@ -116,8 +135,10 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
       tracedb ingest runs/                  # runs/<run>/.../<trace>.json[.gz]
       tracedb ingest --run v3 rank0.json.gz
       tracedb ingest runs/ --run v2 --tag tp=2 --tag dtype=bf16
+      tracedb ingest runs/ --engine spark --spark-master spark://head:7077
     """
     db = _db(ctx)
+    spark = _spark(engine, spark_master)
     files = db.discover(list(paths), run=run, rank=rank, phase=phase)
     if not files:
         _err("No trace files (*.json, *.json.gz) found.")
@@ -157,7 +178,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
 
     try:
         report = db.ingest(files=files, jobs=jobs, tags=tags, on_result=on_result,
-                           on_wait=lambda m: bar.write(m + " ...", file=sys.stderr))
+                           on_wait=lambda m: bar.write(m + " ...", file=sys.stderr), spark=spark)
     finally:
         bar.close()
     _err(report.summary())
@@ -188,9 +209,13 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run):
 @click.option("--limit", "-n", type=click.IntRange(min=0), help="At most this many rows.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
+              help="duckdb on this machine, or spark (needs the spark extra and Java).")
+@click.option("--spark-master", metavar="URL", help="With --engine spark: local[*] (default), spark://host:7077, yarn, ...")
 @_warehouse_option
 @click.pass_context
-def query(ctx, name, run, base, rank, phase, kind, span, tags, step, resolution_us, k, limit, fmt, output):
+def query(ctx, name, run, base, rank, phase, kind, span, tags, step, resolution_us, k, limit, fmt, output, engine,
+          spark_master):
     """Run a view of the library (see `tracedb views`).
 
     \b
@@ -202,10 +227,18 @@ def query(ctx, name, run, base, rank, phase, kind, span, tags, step, resolution_
       tracedb query latency --span forward --base bs1 --tag dtype=fp32
       tracedb query queue_length --run v2 --rank 0 --resolution-us 100
       tracedb query critical_path --run v2 --rank 0 --step 2
+      tracedb query hotspots --run v2 --engine spark --spark-master yarn
     """
     db = _db(ctx)
-    rel = db.query(name, run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span,
-                   tags=tags or None, step=step, resolution_us=resolution_us, k=k)
+    params = dict(run=run, base=base, rank=rank, phase=phase, kind=kind, limit=limit, span=span, tags=tags or None,
+                  step=step, resolution_us=resolution_us, k=k)
+    spark = _spark(engine, spark_master)
+    if spark is not None:
+        from .spark.query import query_relation
+
+        rel = query_relation(spark, db.warehouse, name, **params)
+    else:
+        rel = db.query(name, **params)
     _emit(rel, fmt, output)
 
 
@@ -232,21 +265,46 @@ def sql(ctx, statement, fmt, output):
         raise click.ClickException(str(e).splitlines()[0]) from None
 
 
-@main.command()
-@click.argument("name", required=False)
+class _ViewsGroup(_Errors):
+    """`tracedb views [NAME]`, and `tracedb views export ...`: a first word
+    that is not a subcommand is the name of a view."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            ctx.meta["tracedb_view"] = args[0]
+            args = args[1:]
+        return super().parse_args(ctx, args)
+
+
+def _not_on_spark() -> dict[str, str]:
+    """View -> why it cannot run on Spark ({} without sqlglot)."""
+    try:
+        from .spark.dialect import library, translate
+    except ImportError:
+        return {}
+    return translate(library(), "spark")[1]
+
+
+@main.group(cls=_ViewsGroup, invoke_without_command=True)
 @click.option("--all", "show_all", is_flag=True, help="Include staging and intermediate views.")
 @_warehouse_option
 @click.pass_context
-def views(ctx, name, show_all):
-    """List the views with what they answer, or one view's columns.
+def views(ctx, show_all):
+    """List the views with what they answer, or one view's columns (NAME).
+    A view that cannot run on Spark says so, and why.
 
     \b
     Example:
       tracedb views
       tracedb views hotspots
+      tracedb views export --dialect spark -o spark_sql/
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    name = ctx.meta.get("tracedb_view")
     db = _db(ctx)
     infos = db.views()
+    not_on_spark = _not_on_spark()
     if name:
         match = [v for v in infos if v.name == name]
         if not match:
@@ -254,6 +312,8 @@ def views(ctx, name, show_all):
             raise UnknownView(name, [v.name for v in infos])
         v = match[0]
         click.echo(f"{v.name} ({v.layer} {v.kind})\n  {v.description}")
+        if v.name in not_on_spark:
+            click.echo(f"  not on Spark: {not_on_spark[v.name]}")
         for p, doc in v.params.items():
             click.echo(f"  param {p}: {doc}")
         for col, typ, doc in db.view_columns(name):
@@ -263,7 +323,30 @@ def views(ctx, name, show_all):
         if v.layer != "marts" and not show_all:
             continue
         label = v.name if v.layer == "marts" else f"{v.name} [{v.layer}]"
-        click.echo(f"{label:<28} {v.description}")
+        mark = f" [not on Spark: {not_on_spark[v.name]}]" if v.name in not_on_spark else ""
+        click.echo(f"{label:<28} {v.description}{mark}")
+
+
+@views.command("export")
+@click.option("--dialect", type=click.Choice(["spark", "trino"]), required=True,
+              help="SQL dialect to generate (trino: untested).")
+@click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="Folder for the .sql files (one per view, numbered in dependency order).")
+def views_export(dialect, out_dir):
+    """Write the view library as Spark (or Trino) SQL, to register in a metastore.
+
+    \b
+    Example:
+      tracedb views export --dialect spark -o spark_sql/
+    """
+    try:
+        from .spark.dialect import export, library
+    except ImportError as e:
+        raise click.ClickException(f"views export needs sqlglot: pip install 'tracedb[spark]' ({e})")
+    written, why = export(library(), out_dir, dialect)
+    for view, reason in why.items():
+        _err(f"Not expressible in {dialect}: {view}: {reason}")
+    _err(f"Wrote {len(written)} file(s) to {out_dir}.")
 
 
 @main.command()

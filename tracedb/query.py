@@ -84,9 +84,7 @@ def _python_mart(con: duckdb.DuckDBPyConnection, name: str, *, run=None, base=No
         rel = rel.filter(duckdb.ColumnExpression("kind") == duckdb.ConstantExpression(kind))
     rel = rel.order(critical_path.MARTS[name].order_by)
     if limit is not None:
-        if limit < 0:
-            raise QueryError("--limit must be 0 or more")
-        rel = rel.limit(limit)
+        rel = rel.limit(checked_limit(limit))
     return rel
 
 
@@ -96,12 +94,22 @@ def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
     ).fetchall()]
 
 
-def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
-          base: str | None = None, rank: int | None = None, phase: str | None = None,
-          kind: str | None = None, limit: int | None = None, tags: dict[str, str] | None = None,
-          **extra: object) -> tuple[str, list]:
-    """The SQL and parameters that `query` runs."""
-    views = {v.name: v for v in list_views(con)}
+@dataclass
+class Resolved:
+    """What a query asks of the library: the view or macro to run, the
+    macro's arguments, and the column filters."""
+
+    info: ViewInfo
+    args: dict[str, object]  # macro parameter -> value, those given
+    filters: dict[str, object]  # column -> value (None: no filter)
+
+
+def resolve(views: dict[str, ViewInfo], name: str, *, run: str | None = None, base: str | None = None,
+            rank: int | None = None, phase: str | None = None, kind: str | None = None,
+            **extra: object) -> Resolved:
+    """``name`` with ``base`` -> NAME_compare, with ``rank`` -> NAME_by_rank
+    where the library has them; a macro's arguments (``run`` fills its
+    ``target``) checked against its parameters. Shared by every engine."""
     if name not in views:
         raise UnknownView(name, sorted(v for v, info in views.items() if info.layer == "marts"))
     if base is not None and f"{name}_compare" in views:
@@ -109,38 +117,50 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     if rank is not None and f"{name}_by_rank" in views:
         name = f"{name}_by_rank"
     info = views[name]
-    if info.kind == "python":
-        raise QueryError(f"{name} is computed in Python, not SQL: run it with query()")
-    params: list = []
-    filters = {"run": run, "rank": rank, "phase": phase, "kind": kind}
-    if info.kind == "macro":
-        given = {"base": base, **{k: v for k, v in extra.items() if v is not None}}
-        if "target" in info.params:
-            given["target"] = run
-            filters["run"] = None
-        unknown = [k for k, v in given.items() if v is not None and k not in info.params]
-        if unknown:
-            raise QueryError(f"{name} takes no --{_option(unknown[0])}")
-        missing = [p for p in info.params if given.get(p) is None and "default" not in info.params[p]]
-        if missing:
-            opt = "run" if missing[0] == "target" else missing[0]
-            raise QueryError(f"{name} needs --{_option(opt)} ({info.params[missing[0]]})")
-        args = []
-        for p in info.params:
-            if given.get(p) is not None:
-                args.append(f"{p} := ?")
-                params.append(given[p])
-        source = f"{name}({', '.join(args)})"
-        columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0", params).description]
-    else:
+    filters: dict[str, object] = {"run": run, "rank": rank, "phase": phase, "kind": kind}
+    if info.kind != "macro":
         stray = [k for k, v in {"base": base, **extra}.items() if v is not None]
         if stray:
             raise QueryError(f"{name} takes no --{_option(stray[0])}")
-        source = name
-        columns = _columns(con, name)
+        return Resolved(info, {}, filters)
+    given = {"base": base, **{k: v for k, v in extra.items() if v is not None}}
+    if "target" in info.params:
+        given["target"] = run
+        filters["run"] = None
+    unknown = [k for k, v in given.items() if v is not None and k not in info.params]
+    if unknown:
+        raise QueryError(f"{name} takes no --{_option(unknown[0])}")
+    missing = [p for p in info.params if given.get(p) is None and "default" not in info.params[p]]
+    if missing:
+        opt = "run" if missing[0] == "target" else missing[0]
+        raise QueryError(f"{name} needs --{_option(opt)} ({info.params[missing[0]]})")
+    return Resolved(info, {p: given[p] for p in info.params if given.get(p) is not None}, filters)
+
+
+def check_filters(name: str, filters: dict[str, object], columns: list[str]) -> None:
     for col, value in filters.items():
         if value is not None and col not in columns:
             raise QueryError(f"{name} has no {col} column, so --{col} does not apply")
+
+
+def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
+          base: str | None = None, rank: int | None = None, phase: str | None = None,
+          kind: str | None = None, limit: int | None = None, tags: dict[str, str] | None = None,
+          **extra: object) -> tuple[str, list]:
+    """The SQL and parameters that `query` runs."""
+    views = {v.name: v for v in list_views(con)}
+    r = resolve(views, name, run=run, base=base, rank=rank, phase=phase, kind=kind, **extra)
+    info, filters, name = r.info, r.filters, r.info.name
+    if info.kind == "python":
+        raise QueryError(f"{name} is computed in Python, not SQL: run it with query()")
+    params: list = list(r.args.values())
+    if info.kind == "macro":
+        source = f"{name}({', '.join(f'{p} := ?' for p in r.args)})"
+        columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0", params).description]
+    else:
+        source = name
+        columns = _columns(con, name)
+    check_filters(name, filters, columns)
     if kind is None and info.default_kind and "kind" in columns:
         filters["kind"] = _default_kind(con, source, params, filters, info.default_kind)
     where = []
@@ -160,10 +180,15 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     if info.order_by:
         sql += f" ORDER BY {info.order_by}"
     if limit is not None:
-        if limit < 0:
-            raise QueryError("--limit must be 0 or more")
-        sql += f" LIMIT {int(limit)}"
+        sql += f" LIMIT {checked_limit(limit)}"
     return sql, params
+
+
+def checked_limit(limit: int) -> int:
+    """``limit`` as the LIMIT of a query; a negative one is an error."""
+    if limit < 0:
+        raise QueryError("--limit must be 0 or more")
+    return int(limit)
 
 
 def _option(param: str) -> str:

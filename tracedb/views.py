@@ -33,12 +33,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import duckdb
-import pyarrow as pa
 
 from .errors import ViewError
-from .schema import SCHEMAS
 from .sqltext import sql_literal as _quote
+
+# The raw tables' Arrow schemas (pyarrow) are imported where they are read:
+# loading the library's files needs DuckDB alone (`tracedb views`).
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 LAYERS = ("staging", "intermediate", "marts")
 
@@ -269,6 +274,8 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) -> Non
 
 
 def _duck_type(t: pa.DataType) -> str:
+    import pyarrow as pa
+
     if pa.types.is_int64(t):
         return "BIGINT"
     if pa.types.is_float64(t):
@@ -283,6 +290,8 @@ def _duck_type(t: pa.DataType) -> str:
 def raw_columns(table: str) -> list[tuple[str, str]]:
     """(name, DuckDB type) of a raw view, in order."""
     cols = [("run", "VARCHAR"), ("rank", "BIGINT"), ("phase", "VARCHAR"), ("file_id", "VARCHAR")]
+    from .schema import SCHEMAS
+
     for f in SCHEMAS[table]:
         cols.append((f.name, "JSON" if f.name == "args" else _duck_type(f.type)))
         if table == "events" and f.name == "dur_ns":
