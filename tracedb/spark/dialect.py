@@ -145,6 +145,9 @@ def generate(tree: exp.Expression, dialect: str) -> str:
     for join in tree.find_all(exp.Join):
         if (join.args.get("method") or "").upper() == "ASOF":
             raise Untranslatable(f"ASOF JOIN (nearest preceding row): {dialect} SQL has no such join")
+    for table in tree.find_all(exp.Table):
+        if isinstance(table.this, exp.Anonymous) and table.this.name.lower() == "json_each":
+            raise Untranslatable(f"json_each (a JSON object's keys as rows): {dialect} SQL has no such table function")
     try:
         return _mapped(tree, dialect).sql(dialect=dialect, unsupported_level=sqlglot.ErrorLevel.RAISE,
                                           comments=False)
