@@ -272,7 +272,7 @@ def test_cli_engine_spark_prints_the_same(spark, spark_ingest, args):
                                          "--spark-master", "local[2]"])
     assert duck.exit_code == 0 and on_spark.exit_code == 0, on_spark.output
     assert on_spark.stdout == duck.stdout
-    assert len(duck.stdout.splitlines()) > 3
+    assert len(duck.stdout.splitlines()) >= 3  # a header, its rule and rows
 
 
 def test_cli_spark_master_needs_engine(spark_ingest):
@@ -288,9 +288,10 @@ def test_views_export(tmp_path):
     static = translate(defs)[1]
     files = sorted((tmp_path / "sql").glob("*.sql"))
     assert [re.sub(r"^\d+_", "", f.stem) for f in files] == [v.name for v in defs if v.name not in static]
-    hotspots = next(f for f in files if f.stem.endswith("_hotspots")).read_text()
+    by_view = {re.sub(r"^\d+_", "", f.stem): f for f in files}
+    hotspots = by_view["hotspots"].read_text()
     assert "CREATE OR REPLACE VIEW hotspots AS" in hotspots
-    regressions = next(f for f in files if f.stem.endswith("_regressions")).read_text()
+    regressions = by_view["regressions"].read_text()
     assert ":base" in regressions and ":target" in regressions
-    stragglers = next(f for f in files if f.stem.endswith("_stragglers")).read_text()
+    stragglers = by_view["stragglers"].read_text()
     assert "percentile(" in stragglers.lower() and "quantile_cont" not in stragglers.lower()

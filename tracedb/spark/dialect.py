@@ -145,6 +145,10 @@ def generate(tree: exp.Expression, dialect: str) -> str:
     for join in tree.find_all(exp.Join):
         if (join.args.get("method") or "").upper() == "ASOF":
             raise Untranslatable(f"ASOF JOIN (nearest preceding row): {dialect} SQL has no such join")
+    for spec in tree.find_all(exp.WindowSpec):
+        for bound in (spec.args.get("start"), spec.args.get("end")):
+            if isinstance(bound, exp.Expression) and not isinstance(bound, exp.Literal):
+                raise Untranslatable(f"a window frame bound computed from a parameter: {dialect} SQL takes a number")
     for table in tree.find_all(exp.Table):
         if isinstance(table.this, exp.Anonymous) and table.this.name.lower() == "json_each":
             raise Untranslatable(f"json_each (a JSON object's keys as rows): {dialect} SQL has no such table function")

@@ -86,5 +86,12 @@ def query_relation(spark: SparkSession, warehouse: str | Path, name: str, **para
     """``query``'s result collected to the driver (a mart: small) as a
     DuckDB relation, for the output formats of ``tracedb query``."""
     import duckdb
+    from pyspark.sql.types import DecimalType
 
-    return duckdb.from_arrow(query(spark, warehouse, name, **params).toArrow())
+    df = query(spark, warehouse, name, **params)
+    # Spark divides decimals into decimals where DuckDB gives a DOUBLE: the
+    # same numbers, printed as DuckDB's are.
+    df = df.select(*[df[f.name].cast("double").alias(f.name)
+                     if isinstance(f.dataType, DecimalType) and f.dataType.scale > 0 else df[f.name]
+                     for f in df.schema.fields])
+    return duckdb.from_arrow(df.toArrow())
