@@ -13,7 +13,6 @@ import hashlib
 import os
 import socket
 import struct
-import subprocess
 import tempfile
 import threading
 import time
@@ -25,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_serve import ROWS, _libpq_results, _message, build_warehouse, connect, dsn, needs_psql, psql
+from test_serve import ROWS, _libpq_results, _message, build_warehouse, connect, needs_psql, psql
 from tracedb.serve import Server, ServeConfig
 from tracedb.serve import gate, lexer
 from tracedb.serve.gate import StatementError

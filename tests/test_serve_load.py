@@ -4,7 +4,6 @@ its peak memory (``VmHWM``) can be read from /proc."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
