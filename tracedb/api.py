@@ -119,7 +119,8 @@ class TraceDB:
         if self._con is None:
             con = self.catalog.connect_readonly()
             recorded = self.catalog.recorded_warehouse(con)
-            if recorded is not None and recorded != str(self.warehouse) and os.access(self.warehouse, os.W_OK):
+            if recorded is not None and recorded != str(self.wh) and self.wh.remote is None \
+                    and os.access(self.warehouse, os.W_OK):
                 con.close()
                 self.catalog.rebuild()  # the warehouse moved: re-point the views
                 con = self.catalog.connect_readonly()

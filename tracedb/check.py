@@ -172,9 +172,8 @@ def _repair(wh: Warehouse, problems: list[Problem], on_wait: Callable[[str], Non
     # A lost summary is derived data: made again from the trace's events.
     resummarize = sorted({p.summary_of for p in problems if p.summary_of})
     if resummarize:
-        with wh.catalog.writing(on_wait) as con:
-            con.execute("UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)",
-                        [resummarize])
+        wh.commit(lambda con: con.execute(
+            "UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)", [resummarize]), on_wait)
         wh.catalog.refresh_summaries(on_wait)
     for p in problems:
         if p.file_id:

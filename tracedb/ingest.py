@@ -31,7 +31,7 @@ import duckdb
 import pyarrow as pa
 
 from . import summaries
-from .catalog import Catalog, resource_dir
+from .catalog import resource_dir
 from .discover import TraceFile
 from .errors import TraceFormatError, WarehouseError
 from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
@@ -452,17 +452,16 @@ def _ingest_files(warehouse: Warehouse, files: list[TraceFile], jobs: int,
         in_workers = jobs > 1 and len(pending) > 1
         early = bool(pending) and not catalog.exists() and (
             in_workers or sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES)
-        first = thread.submit(_empty_commit, catalog, on_wait) if early else None
+        first = thread.submit(_empty_commit, warehouse, on_wait) if early else None
         _ingest_pending(warehouse, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _empty_commit(catalog: Catalog, on_wait: Callable[[str], None] | None) -> None:
+def _empty_commit(warehouse: Warehouse, on_wait: Callable[[str], None] | None) -> None:
     """A commit of no traces: the catalog, its migrations and the views."""
     try:
-        with catalog.writing(on_wait):
-            pass
+        warehouse.commit(lambda _con: None, on_wait)
     except WarehouseError:
         pass  # the traces' commit meets the same and says it
 
