@@ -168,6 +168,8 @@ class Catalog:
         return self.path.exists()
 
     def _missing(self) -> WarehouseError:
+        if self.wh.remote is not None:
+            self.wh.remote.check_access()  # a missing bucket or a refusal says so first
         return WarehouseError(
             f"no tracedb warehouse at {self.wh} (run `tracedb ingest` first, "
             "or point --warehouse / TRACEDB_WAREHOUSE at one)"

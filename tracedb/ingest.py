@@ -33,7 +33,7 @@ import pyarrow as pa
 from . import summaries
 from .catalog import resource_dir
 from .discover import TraceFile
-from .errors import TraceFormatError, WarehouseError
+from .errors import TraceFormatError, UploadError, WarehouseError
 from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
 from .parse.values import as_text
 from .store import TraceWriter, cannot_write, write_part
@@ -374,12 +374,14 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
         files = writer.publish(tf.run, tf.rank, tf.phase)
         try:
             summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, file_id)
-        except OSError as e:
+        except (OSError, UploadError) as e:
             for key in files.values():
                 warehouse.storage.remove(key)
+            if isinstance(e, UploadError):
+                raise
             raise cannot_write(warehouse, e) from None
-    except _FILE_ERRORS as e:
-        result.error = str(e) if isinstance(e, TraceFormatError) else (
+    except (*_FILE_ERRORS, UploadError) as e:
+        result.error = str(e) if isinstance(e, TraceFormatError) else f"{tf.path}: {e}" if isinstance(e, UploadError) else (
             f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}")
         result.seconds = time.perf_counter() - t0
         result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)

@@ -53,7 +53,16 @@ def _retryable(e: BaseException) -> bool:
     cause = _cause(e)
     if cause is not None:
         return cause.startswith("cannot reach")
-    return isinstance(e, (OSError, TimeoutError)) and not isinstance(e, (PermissionError, FileNotFoundError))
+    if isinstance(e, (PermissionError, FileNotFoundError)):
+        return False
+    network = (OSError, TimeoutError)
+    try:
+        from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
+
+        network += (BotoConnectionError, HTTPClientError)
+    except ImportError:
+        pass
+    return isinstance(e, network)
 
 
 def _version(info: dict) -> str:
@@ -162,8 +171,7 @@ class ObjectStorage:
         half-written object: a reader sees the old one or the new one."""
         for attempt in range(1, UPLOAD_TRIES + 1):
             try:
-                with self._faults():
-                    self.fs.put_file(str(src), self._path(key))
+                self.fs.put_file(str(src), self._path(key))
                 break
             except Exception as e:  # noqa: BLE001 - see _retryable
                 if attempt == UPLOAD_TRIES or not _retryable(e):
