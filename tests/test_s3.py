@@ -423,3 +423,67 @@ def test_kill_9_leaves_nothing_visible_and_the_rerun_completes(bucket, tmp_path,
     assert {int(r["rank"]): int(r["n"]) for r in rows(out.stdout)} == {r: w["events"] for r, w in want.items()}
     checked = cli(reader, tmp_path / "r" / "work", "-w", url, "check")
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _kernel_trace(path: Path, durations: list[int]) -> None:
+    write_trace(path, [{"name": "gemm", "ph": "X", "ts": 10 + 100 * i, "dur": d, "pid": 1, "tid": 7,
+                        "cat": "kernel"} for i, d in enumerate(durations)])
+
+
+def test_serve_an_s3_warehouse_and_follow_new_commits(bucket, monkeypatch, tmp_path):
+    """`tracedb -w s3://... serve` from an empty HOME: psycopg reads the
+    views; the bucket outside the published folders is not readable; a
+    commit from another machine is served within the fetch interval."""
+    psycopg = pytest.importorskip("psycopg")
+    runs = tmp_path / "runs"
+    _kernel_trace(runs / "v1" / "rank0.json", [30, 10])
+    url = f"s3://{bucket}/wh"
+    on_machine(monkeypatch, tmp_path, "a")
+    tracedb.open(url).ingest([runs], jobs=1)
+    port = _free_port()
+    env = {**machine(tmp_path, "server"), "TRACEDB_SERVE_PASSWORD": "pw"}
+    proc = subprocess.Popen([sys.executable, "-m", "tracedb.cli", "-w", url, "serve", "--port", str(port)],
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path / "server" / "work")
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith(f"Serving {url} on 127.0.0.1:{port} (read-only"), line
+        dsn = f"host=127.0.0.1 port={port} dbname=tracedb user=tracedb password=pw"
+        with psycopg.connect(dsn) as con:
+            assert con.execute("SELECT name, calls, total_us FROM hotspots").fetchall() == [("gemm", 2, 40.0)]
+            with pytest.raises(psycopg.Error, match="disabled by configuration"):
+                con.execute(f"SELECT * FROM read_parquet('{url}/tracedb.duckdb')")
+        _kernel_trace(runs / "v2" / "rank0.json", [50])
+        tracedb.open(url).ingest([runs], jobs=1)
+        deadline = time.monotonic() + 60
+        while True:
+            with psycopg.connect(dsn) as con:
+                seen = con.execute("SELECT run, count(*) FROM events GROUP BY run ORDER BY run").fetchall()
+            if seen == [("v1", 2), ("v2", 1)] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert seen == [("v1", 2), ("v2", 1)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_a_lost_summary_is_recomputed_from_the_events_in_the_bucket(bucket, monkeypatch, tmp_path):
+    """check --repair (and migrate) recompute a summary from the trace's
+    events, fetched from the bucket; the per-trace views read it again."""
+    on_machine(monkeypatch, tmp_path, "a")
+    url = f"s3://{bucket}/wh"
+    db = tracedb.open(url)
+    db.ingest([CUDA / "v2"], jobs=1)
+    before = sorted(db.query("step_times").fetchall(), key=repr)
+    db.close()
+    [lost] = [k for k in keys(bucket, "wh/summaries/") if "/int_step_sums/" in k]
+    _client().delete_object(Bucket=bucket, Key=lost)
+    on_machine(monkeypatch, tmp_path, "b")
+    db = tracedb.open(url)
+    assert [p.kind for p in db.check().problems] == ["missing_summary"]
+    assert db.check(repair=True).ok
+    assert lost in keys(bucket)
+    assert db.check().problems == []
+    assert sorted(db.query("step_times").fetchall(), key=repr) == before
+    assert db.stale_summaries() == 0
+    db.close()

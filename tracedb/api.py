@@ -179,10 +179,14 @@ class TraceDB:
         interrupted (KeyboardInterrupt propagates; the server is stopped first).
         ``on_ready(server)`` is called once the port listens (``server.port``)."""
         from .serve import ServeConfig, Server
+        from .serve.server import RemoteCatalog
 
         self.connect()  # a clear error when there is no warehouse; re-points a moved one
         self.close()
-        server = Server(self.catalog.path, self.warehouse, config or ServeConfig())
+        remote = None
+        if self.wh.remote is not None:
+            remote = RemoteCatalog(self.catalog.fetch, self.wh.remote.fs, self.wh.published_locations())
+        server = Server(self.catalog.path, self.warehouse, config or ServeConfig(), remote=remote)
         server.start()
         if on_ready is not None:
             on_ready(server)

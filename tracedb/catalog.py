@@ -378,10 +378,10 @@ class Catalog:
                 "WHERE status = 'ok' AND summaries_fingerprint IS DISTINCT FROM ?", [current]
             ).fetchall()
             for file_id, run, rank, phase, listed, info, source in rows:
-                tables = {t: Path(self.wh.location(key)) for t, key in json.loads(listed or "{}").items()}
                 work = self.wh.staging_path(f"summaries.{file_id}.{os.getpid()}")
                 try:
                     work.mkdir(parents=True, exist_ok=True)
+                    tables = {t: self.wh.local_file(key, work) for t, key in json.loads(listed or "{}").items()}
                     made = summarizer.compute(tables, work, file_id=file_id, run=run, rank=rank, phase=phase,
                                               distributed_info=info)
                     done = summaries.publish(self.wh, made, run, rank, phase, file_id)

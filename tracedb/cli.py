@@ -474,7 +474,7 @@ def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_state
     db = _db(ctx)
 
     def ready(server) -> None:
-        _err(f"Serving {db.warehouse} on {host}:{server.port} (read-only"
+        _err(f"Serving {db.wh} on {host}:{server.port} (read-only"
              f"{', password required' if password else ''}); Ctrl-C stops.")
 
     try:

@@ -195,11 +195,11 @@ class ObjectStorage:
             try:
                 out = sync(self.fs.loop, self.fs._call_s3, "put_object", Bucket=bucket, Key=path,
                            Body=src.read_bytes(), **condition)
-            except FileExistsError:
-                raise CommitConflict(f"{self.url}: another writer committed meanwhile") from None
             except OSError as e:
-                if e.errno == errno.EINVAL and "pre-condition" in str(e):
-                    raise CommitConflict(f"{self.url}: another writer committed meanwhile") from None
+                # s3fs says 412 Precondition Failed as FileExistsError (If-None-Match) or EINVAL (If-Match)
+                if isinstance(e, FileExistsError) or (e.errno == errno.EINVAL and "pre-condition" in str(e)):
+                    raise CommitConflict(f"{self.url}: another writer committed meanwhile; "
+                                         "run the command again") from None
                 raise
         self.fs.invalidate_cache(self._path(key))
         return str(out["ETag"])
@@ -212,16 +212,6 @@ class ObjectStorage:
                 return []
         skip = len(self.base) + 1
         return sorted(p[skip:] for p in found)
-
-    def modified(self, key: str) -> float | None:
-        """When the object at ``key`` was written (epoch seconds)."""
-        with self._faults():
-            try:
-                info = self.fs.info(self._path(key))
-            except FileNotFoundError:
-                return None
-        stamp = info.get("LastModified") or info.get("mtime")
-        return stamp.timestamp() if hasattr(stamp, "timestamp") else stamp
 
     def remove(self, key: str) -> None:
         with self._faults():

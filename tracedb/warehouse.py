@@ -356,6 +356,21 @@ class Warehouse:
     def location(self, key: str) -> str:
         return self.storage.location(key)
 
+    def local_file(self, key: str, folder: Path) -> Path:
+        """A published file as a local path: where it is in a folder; from
+        an object store, a copy fetched into ``folder``."""
+        if self.remote is None:
+            return Path(self.location(key))
+        dst = folder / key.replace("/", "_")
+        if self.remote.fetch(key, dst) is None:
+            raise FileNotFoundError(errno.ENOENT, "missing from the bucket", self.location(key))
+        return dst
+
+    def published_locations(self) -> list[str]:
+        """The folders (URL prefixes in an object store) of every published
+        file, each with a trailing '/': all that a reader of the views reads."""
+        return [self.location(top) + "/" for top in (*TABLES, SUMMARY_DIR, TAGS_DIR)]
+
     def prune(self, tops: tuple[str, ...] = (*TABLES, SUMMARY_DIR)) -> None:
         """Remove the partition folders that no file is left in, under the
         tables and summaries (or ``tops``). With no ingest running only
