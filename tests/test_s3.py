@@ -404,7 +404,7 @@ def test_kill_9_leaves_nothing_visible_and_the_rerun_completes(bucket, tmp_path,
     full = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=600)
     took = time.monotonic() - t0
     assert full.returncode == 0, full.stderr
-    cli(env, work, "-w", url, "remove", "--run", "v1")
+    assert cli(env, work, "-w", url, "remove", "--run", "v1").returncode == 0
     killed = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     time.sleep(took * at)
@@ -414,7 +414,8 @@ def test_kill_9_leaves_nothing_visible_and_the_rerun_completes(bucket, tmp_path,
     seen = cli(reader, tmp_path / "r" / "work", "-w", url, "sql",
                "SELECT t.rank, t.event_count, (SELECT count(*) FROM events e WHERE e.file_id = t.file_id) AS n "
                "FROM traces t WHERE status = 'ok' ORDER BY rank", "--format", "csv")
-    for r in rows(seen.stdout):  # whole traces only (or none yet, or no catalog)
+    assert seen.returncode == 0, seen.stderr
+    for r in rows(seen.stdout):  # whole traces only (or none yet)
         assert int(r["n"]) == int(r["event_count"]) == want[int(r["rank"])]["events"]
     rerun = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr

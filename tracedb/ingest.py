@@ -381,8 +381,12 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
                 raise
             raise cannot_write(warehouse, e) from None
     except (*_FILE_ERRORS, UploadError) as e:
-        result.error = str(e) if isinstance(e, TraceFormatError) else f"{tf.path}: {e}" if isinstance(e, UploadError) else (
-            f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}")
+        if isinstance(e, TraceFormatError):
+            result.error = str(e)
+        elif isinstance(e, UploadError):
+            result.error = f"{tf.path}: {e}"
+        else:
+            result.error = f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}"
         result.seconds = time.perf_counter() - t0
         result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)
         return result

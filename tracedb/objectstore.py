@@ -55,14 +55,24 @@ def _retryable(e: BaseException) -> bool:
         return cause.startswith("cannot reach")
     if isinstance(e, (PermissionError, FileNotFoundError)):
         return False
-    network = (OSError, TimeoutError)
+    if isinstance(e, (OSError, TimeoutError)):
+        return True
     try:
         from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
-
-        network += (BotoConnectionError, HTTPClientError)
     except ImportError:
-        pass
-    return isinstance(e, network)
+        return False
+    return isinstance(e, (BotoConnectionError, HTTPClientError))
+
+
+def _of_the_store(e: BaseException) -> bool:
+    """An error of the store or of reaching it (not one of tracedb's code)."""
+    if isinstance(e, (OSError, TimeoutError)):
+        return True
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        return False
+    return isinstance(e, (BotoCoreError, ClientError))
 
 
 def _version(info: dict) -> str:
@@ -95,7 +105,8 @@ class ObjectStorage:
                 options = {"config_kwargs": {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
                                              "retries": {"max_attempts": 2, "mode": "standard"}}}
             try:
-                self._fs = fsspec.filesystem(self.protocol, **options)
+                # Its own instance: made from the environment (endpoint, credentials) as it is now.
+                self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **options)
             except (ImportError, ValueError) as e:
                 raise WarehouseError(f"{self.url}: {self.protocol}:// needs its filesystem library "
                                      f"(pip install 'tracedb[s3]' for s3://): {e}") from None
@@ -110,9 +121,9 @@ class ObjectStorage:
             raise
         except Exception as e:  # noqa: BLE001 - the store's libraries raise many kinds
             cause = _cause(e)
-            if cause is None:
+            if cause is None and not _of_the_store(e):
                 raise
-            raise WarehouseError(f"{self.url}{what}: {cause}") from None
+            raise WarehouseError(f"{self.url}{what}: {cause or str(e).splitlines()[0]}") from None
 
     def _path(self, key: str) -> str:
         return f"{self.base}/{key}"
