@@ -318,16 +318,40 @@ def test_remove_a_run_takes_its_objects_out_of_the_bucket(bucket, monkeypatch, t
     assert [r[0] for r in tracedb.open(url).runs().fetchall()] == ["v2"]
 
 
-@pytest.mark.parametrize("case", ["missing bucket", "wrong endpoint", "no credentials"])
-def test_faults_are_one_line_naming_the_url(s3, case, tmp_path):
+@pytest.fixture(scope="module")
+def locked_s3():
+    """A second moto server that checks credentials (moto's
+    INITIAL_NO_AUTH_ACTION_COUNT=0): it knows no access key, so it answers
+    every request 403."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "moto server did not start"
+            time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.mark.parametrize("case", ["missing bucket", "wrong endpoint", "no credentials", "refused"])
+def test_faults_are_one_line_naming_the_url(s3, locked_s3, case, tmp_path):
     env = machine(tmp_path, "a")
     url = "s3://traces-none/team" if case == "missing bucket" else f"s3://team-{os.getpid()}/team"
     if case == "wrong endpoint":
         env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{_free_port()}"
     if case == "no credentials":
         del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+    if case == "refused":
+        env["AWS_ENDPOINT_URL"] = locked_s3
     cause = {"missing bucket": "no such bucket", "wrong endpoint": "cannot reach the endpoint",
-             "no credentials": "no credentials"}[case]
+             "no credentials": "no credentials", "refused": "access denied (403)"}[case]
     for command in (["query", "hotspots"], ["ingest", str(CUDA / "v2")]):
         done = cli(env, tmp_path / "a" / "work", "-w", url, *command, timeout=120)
         assert done.returncode == 1, (case, command)
