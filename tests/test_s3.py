@@ -194,6 +194,7 @@ def test_layout_in_the_bucket_is_the_local_one(team):
     assert not [k for k in got if ".staging" in k or k.endswith((".tmp", ".lock"))]
     assert any(k.startswith("team/events/run=v2/rank=0/phase=train/") for k in got)
     assert "Ingested 4 file(s)" in team["ingest"].stderr
+    assert not [k for k in got if "/.tracedb/ingests/" in k]  # the ingest's object went with it
 
 
 def test_hotspots_from_an_empty_home_with_the_url_alone(team, tmp_path):
@@ -296,6 +297,13 @@ def test_check_repair_removes_debris_from_the_bucket(bucket, monkeypatch, tmp_pa
     _client().put_object(Bucket=bucket, Key=debris, Body=b"PAR1 half a file")
     report = db.check()
     assert [(p.kind, p.path) for p in report.problems] == [("orphan_file", f"s3://{bucket}/{debris}")]
+    # An ingest running on another machine (its object is fresh): the orphan may be its upload.
+    other = "wh/.tracedb/ingests/otherhost.4242.0a0b0c0d"
+    _client().put_object(Bucket=bucket, Key=other, Body=b'{"host": "otherhost", "pid": 4242}')
+    kept = db.check(repair=True)
+    assert not kept.ok and "kept while 1 ingest(s)" in kept.problems[0].detail
+    assert debris in keys(bucket)
+    _client().delete_object(Bucket=bucket, Key=other)
     repaired = db.check(repair=True)
     assert repaired.ok
     assert debris not in keys(bucket)

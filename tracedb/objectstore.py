@@ -224,6 +224,23 @@ class ObjectStorage:
         skip = len(self.base) + 1
         return sorted(p[skip:] for p in found)
 
+    def write(self, key: str, data: bytes) -> None:
+        """A small object, written whole."""
+        with self._faults():
+            self.fs.pipe_file(self._path(key), data)
+
+    def ages(self, prefix: str) -> dict[str, float]:
+        """key -> seconds since it was written, of every object under ``prefix``."""
+        with self._faults():
+            try:
+                found = self.fs.find(self._path(prefix), withdirs=False, detail=True)
+            except FileNotFoundError:
+                return {}
+        now = time.time()
+        skip = len(self.base) + 1
+        return {path[skip:]: now - info["LastModified"].timestamp() for path, info in found.items()
+                if "LastModified" in info}
+
     def remove(self, key: str) -> None:
         with self._faults():
             try:

@@ -29,7 +29,8 @@ file, and an ingest stages on local disk before it publishes.
 
 A warehouse at a URL (``s3://bucket/prefix``) has the same layout in the
 bucket, the catalog included (``<prefix>/tracedb.duckdb``, the source of
-truth); its working files are in a folder of each machine
+truth), plus ``.tracedb/ingests/<host>.<pid>.<n>``, an object per running
+ingest (``running_ingests``); its working files are in a folder of each machine
 (``cache_root``)::
 
     ~/.cache/tracedb/warehouses/<bucket_prefix>-<hash>/
@@ -54,6 +55,8 @@ import os
 import random
 import re
 import shutil
+import socket
+import threading
 import time
 import uuid
 from contextlib import AbstractContextManager, contextmanager
@@ -92,6 +95,14 @@ SUMMARY_DIR = "summaries"
 TAGS_DIR = "run_tags"
 TAGS_FILE = "tags.parquet"
 PARQUET = ".parquet"
+
+# In an object store, where a lock file cannot keep `tracedb check --repair`
+# on one machine from an ingest on another: an object per running ingest,
+# rewritten every INGEST_HEARTBEAT_S. One not rewritten for INGEST_STALE_S
+# is a killed ingest's (debris that --repair removes).
+INGESTS_DIR = ".tracedb/ingests"
+INGEST_HEARTBEAT_S = 30.0
+INGEST_STALE_S = 300.0
 
 
 def default_root() -> str:
@@ -423,8 +434,44 @@ class Warehouse:
         side while a check or remove (``exclusive``) waits. First, when no
         other ingest or check runs, clears the staging leftovers of killed
         ingests."""
-        return _flock(self.root / INGEST_LOCK_NAME, fcntl.LOCK_SH, on_wait,
+        lock = _flock(self.root / INGEST_LOCK_NAME, fcntl.LOCK_SH, on_wait,
                       f"waiting for `tracedb check` on {self.root} to finish", when_alone=self.clear_staging)
+        return lock if self.remote is None else self._announced(lock)
+
+    @contextmanager
+    def _announced(self, lock: AbstractContextManager[None]) -> Iterator[None]:
+        """Hold ``lock`` and, for the block, keep an object of this ingest in
+        the bucket (``running_ingests``), rewritten on a thread."""
+        key = f"{INGESTS_DIR}/{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode()
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(INGEST_HEARTBEAT_S):
+                try:
+                    self.storage.write(key, body)
+                except WarehouseError:
+                    pass  # the store is unreachable for now; the ingest's own calls say so
+
+        with lock:
+            self.storage.write(key, body)
+            beating = threading.Thread(target=beat, name="tracedb-ingest-heartbeat", daemon=True)
+            beating.start()
+            try:
+                yield
+            finally:
+                done.set()
+                beating.join()
+                self.storage.remove(key)
+
+    def running_ingests(self) -> tuple[list[str], list[str]]:
+        """In an object store: the keys of the ingests running (on any
+        machine), and of those killed (not rewritten for INGEST_STALE_S)."""
+        if self.remote is None:
+            return [], []
+        ages = self.remote.ages(INGESTS_DIR)
+        return ([k for k, age in ages.items() if age < INGEST_STALE_S],
+                [k for k, age in ages.items() if age >= INGEST_STALE_S])
 
     def exclusive(self, on_wait: OnWait = None) -> AbstractContextManager[None]:
         """Held by ``tracedb check`` and ``remove``: no ingest runs meanwhile
