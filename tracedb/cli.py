@@ -277,12 +277,10 @@ class _ViewsGroup(_Errors):
 
 
 def _not_on_spark() -> dict[str, str]:
-    """View -> why it cannot run on Spark ({} without sqlglot)."""
-    try:
-        from .spark.dialect import library, translate
-    except ImportError:
-        return {}
-    return translate(library(), "spark")[1]
+    """View -> why it cannot run on Spark."""
+    from .catalog import resource_dir
+    from .views import not_on_spark
+    return not_on_spark(resource_dir("queries"))
 
 
 @main.group(cls=_ViewsGroup, invoke_without_command=True)

@@ -163,6 +163,17 @@ def load_view_files(root: Path) -> list[ViewDef]:
     return _toposort(defs)
 
 
+NOT_ON_SPARK = "not_on_spark.json"
+
+
+def not_on_spark(root: Path) -> dict[str, str]:
+    """View -> why it cannot run on Spark, as spark/dialect.py's generator
+    found it for this library and wrote it into ``root``/not_on_spark.json
+    (``spark.dialect.write_not_on_spark``; tests/test_docs.py keeps it current), so that
+    listing the views does not translate the whole library."""
+    return json.loads((root / NOT_ON_SPARK).read_text())
+
+
 def reads(v: ViewDef, names: set[str]) -> set[str]:
     """The views of ``names`` that the SQL of ``v`` reads: the names after
     FROM or JOIN outside comments and string literals, less its own common
