@@ -26,13 +26,13 @@ def _ingest_one(tmp_path: Path) -> Path:
 def test_migrations_recorded_with_checksums(tmp_path: Path):
     wh = _ingest_one(tmp_path)
     con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
-    rows = con.execute("SELECT version, name, checksum FROM schema_version ORDER BY version").fetchall()
+    rows = con.execute("SELECT version, name, checksum FROM tracedb_meta.schema_version ORDER BY version").fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [(m.version, m.name, m.checksum) for m in load_migrations()]
 
 
 @pytest.mark.parametrize("tamper,message", [
-    ("UPDATE schema_version SET checksum = 'x' WHERE version = 1", "checksum mismatch"),
-    ("INSERT INTO schema_version VALUES (999, 'future', 'x', now())", "newer than this tracedb"),
+    ("UPDATE tracedb_meta.schema_version SET checksum = 'x' WHERE version = 1", "checksum mismatch"),
+    ("INSERT INTO tracedb_meta.schema_version VALUES (999, 'future', 'x', now())", "newer than this tracedb"),
 ])
 def test_tampered_or_newer_catalog_is_an_error(tmp_path: Path, tamper: str, message: str):
     con = duckdb.connect(str(tmp_path / "c.duckdb"))
@@ -141,7 +141,7 @@ def test_comments_land_in_the_catalog(tmp_path: Path):
     assert "microseconds" in col
     undocumented = con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() WHERE table_name IN "
-        "(SELECT name FROM tracedb_views WHERE kind = 'view') AND comment IS NULL").fetchall()
+        "(SELECT name FROM tracedb_meta.tracedb_views WHERE kind = 'view') AND comment IS NULL").fetchall()
     assert undocumented == []
 
 
