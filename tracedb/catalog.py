@@ -32,7 +32,7 @@ import duckdb
 
 from .errors import MigrationError, WarehouseError
 from .sqltext import sql_literal
-from .views import META_SCHEMA, SEARCH_PATH
+from .views import META_SCHEMA, set_search_path
 
 # Building the views (schema, views, summaries: pyarrow) is imported by the
 # methods that write: a reader opens the catalog with DuckDB alone.
@@ -174,7 +174,7 @@ class Catalog:
                 "or point --warehouse / TRACEDB_WAREHOUSE at one)"
             )
         con = duckdb.connect(str(self.path), read_only=True)
-        con.execute(f"SET search_path = {sql_literal(','.join(SEARCH_PATH))}")
+        set_search_path(con)
         return con
 
     @contextmanager

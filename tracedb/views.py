@@ -85,6 +85,14 @@ _QUALIFY_RE = re.compile(_NOT_NAMES_RE.pattern + r"|(?P<read>\b(?:FROM|JOIN)\s+)
                          re.IGNORECASE)
 
 
+def set_search_path(con: duckdb.DuckDBPyConnection) -> None:
+    """Make ``con`` find unqualified names in the schemas of :data:`SEARCH_PATH`
+    that its catalog has (one an older tracedb made has main alone)."""
+    have = {s for (s,) in con.execute(
+        "SELECT schema_name FROM duckdb_schemas() WHERE database_name = current_database()").fetchall()}
+    con.execute(f"SET search_path = {_quote(','.join(s for s in SEARCH_PATH if s in have))}")
+
+
 @dataclass
 class ViewDef:
     name: str
