@@ -34,6 +34,11 @@ class ViewInfo:
     order_by: str | None
     default_kind: list[str]
 
+    @property
+    def relation(self) -> str:
+        """Its schema-qualified name in the catalog (views.LAYER_SCHEMAS)."""
+        return f"{LAYER_SCHEMAS[self.layer]}.{self.name}"
+
 
 def list_views(con: duckdb.DuckDBPyConnection, layer: str | None = None) -> list[ViewInfo]:
     sql = f"SELECT name, layer, kind, description, params, order_by, default_kind FROM {META_SCHEMA}.tracedb_views"
@@ -92,7 +97,7 @@ def _python_mart(con: duckdb.DuckDBPyConnection, name: str, *, run=None, base=No
 def _columns(con: duckdb.DuckDBPyConnection, info: ViewInfo) -> list[str]:
     return [c for (c,) in con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = ? "
-        "AND database_name = current_database() ORDER BY column_index", [info.name, LAYER_SCHEMAS[info.layer]]
+        "AND database_name = current_database() ORDER BY column_index", info.relation.split(".")
     ).fetchall()]
 
 
@@ -156,12 +161,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     if info.kind == "python":
         raise QueryError(f"{name} is computed in Python, not SQL: run it with query()")
     params: list = list(r.args.values())
-    qualified = f"{LAYER_SCHEMAS[info.layer]}.{name}"
     if info.kind == "macro":
-        source = f"{qualified}({', '.join(f'{p} := ?' for p in r.args)})"
+        source = f"{info.relation}({', '.join(f'{p} := ?' for p in r.args)})"
         columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0", params).description]
     else:
-        source = qualified
+        source = info.relation
         columns = _columns(con, info)
     check_filters(name, filters, columns)
     if kind is None and info.default_kind and "kind" in columns:
