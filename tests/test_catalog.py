@@ -265,3 +265,26 @@ def test_a_catalog_of_the_flat_layout_moves_into_the_schemas(tmp_path: Path):
     assert con.execute("SELECT value FROM tracedb_meta.catalog_info WHERE key = 'warehouse'").fetchall() == [
         (str(wh),)]
     assert con.execute("SELECT count(*) FROM staging.stg_kernels").fetchall() == [(0,)]
+
+
+def test_duckdb_engine_reflects_each_layer_in_its_schema(tmp_path: Path):
+    """SQLAlchemy's duckdb-engine (Superset; DBeaver's and Metabase's DuckDB drivers list the same
+    duckdb_views()) on the catalog file: the marts in main, the layers in theirs, with comments."""
+    sa = pytest.importorskip("sqlalchemy")
+    pytest.importorskip("duckdb_engine")
+    wh = _ingest_one(tmp_path)
+    engine = sa.create_engine(f"duckdb:///{wh / 'tracedb.duckdb'}?access_mode=read_only")
+    try:
+        inspector = sa.inspect(engine)
+        assert {f"tracedb.{schema}" for schema in ("main", "staging", "intermediate", "tracedb_meta")} <= set(
+            inspector.get_schema_names())
+        assert set(inspector.get_view_names()) == {"events", "flows", "counters", "run_tags"} | _files("marts")
+        assert set(inspector.get_view_names(schema="staging")) == _files("staging")
+        assert set(inspector.get_view_names(schema="intermediate")) == _files("intermediate")
+        assert inspector.get_table_names(schema="main") == ["traces"]
+        assert inspector.get_table_comment("stg_kernels", schema="staging")["text"].startswith(
+            "GPU kernels (CUDA, ROCm; MTIA device ops), typed and renamed.")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT name, calls FROM hotspots")).fetchall() == [("k", 1)]
+    finally:
+        engine.dispose()
