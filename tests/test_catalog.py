@@ -199,7 +199,8 @@ def _schemas_of(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for schema, name in con.execute(
             "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal AND database_name = 'tracedb'"
-            " UNION ALL SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'tracedb'").fetchall():
+            " UNION ALL SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'tracedb'"
+    ).fetchall():
         out.setdefault(schema, set()).add(name)
     return out
 

@@ -269,6 +269,7 @@ class Catalog:
         from .views import catalog_sql, relation_schemas
 
         views = summaries.per_trace(defs)
+        schemas = relation_schemas(defs)
         current = summaries.fingerprint(defs, self.wh)
         rows = con.execute(
             "SELECT summaries, summaries_fingerprint FROM traces WHERE status = 'ok' "
@@ -296,7 +297,7 @@ class Catalog:
                 con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} "
                             f"FROM read_parquet([{file_list}], hive_partitioning = false)")
             else:
-                con.execute(catalog_sql(v, relation_schemas(defs)))
+                con.execute(catalog_sql(v, schemas))
             con.execute(f"COMMENT ON VIEW {v.qualified_name} IS {sql_literal(v.description)}")
             for c, _t, doc in cols:
                 if doc:
