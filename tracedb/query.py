@@ -97,7 +97,7 @@ def _python_mart(con: duckdb.DuckDBPyConnection, name: str, *, run=None, base=No
 def _columns(con: duckdb.DuckDBPyConnection, info: ViewInfo) -> list[str]:
     return [c for (c,) in con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = ? "
-        "AND database_name = current_database() ORDER BY column_index", info.relation.split(".")
+        "AND database_name = current_database() ORDER BY column_index", [info.name, LAYER_SCHEMAS[info.layer]]
     ).fetchall()]
 
 
