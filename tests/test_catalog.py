@@ -250,6 +250,7 @@ def test_a_catalog_of_the_flat_layout_moves_into_the_schemas(tmp_path: Path):
     con.execute("CREATE TABLE tracedb_views (name VARCHAR)")
     con.execute("CREATE TABLE user_comm_patterns (priority BIGINT)")
     con.execute("CREATE VIEW stg_kernels AS SELECT 1 AS old")
+    con.execute("CREATE MACRO int_latency(span) AS TABLE SELECT 1 AS old")
     con.execute("CREATE VIEW events AS SELECT 1 AS old")
     con.close()
 
@@ -266,6 +267,8 @@ def test_a_catalog_of_the_flat_layout_moves_into_the_schemas(tmp_path: Path):
     assert con.execute("SELECT value FROM tracedb_meta.catalog_info WHERE key = 'warehouse'").fetchall() == [
         (str(wh),)]
     assert con.execute("SELECT count(*) FROM staging.stg_kernels").fetchall() == [(0,)]
+    assert con.execute("SELECT DISTINCT schema_name FROM duckdb_functions() WHERE function_name = 'int_latency'"
+                       ).fetchall() == [("intermediate",)]
 
 
 def test_duckdb_engine_reflects_each_layer_in_its_schema(tmp_path: Path):

@@ -68,6 +68,9 @@ def test_tracedb_views_describes_each_mart(wh):
         assert len(listed[name].split(maxsplit=1)[1]) > 40, name
     res = CliRunner().invoke(main, ["-w", str(wh), "views", "latency"])
     assert "param span:" in res.output and "p50_us" in res.output
+    assert res.output.splitlines()[0] == "latency (marts macro; in the catalog: main.latency)"
+    res = CliRunner().invoke(main, ["-w", str(wh), "views", "int_steps"])
+    assert res.output.splitlines()[0] == "int_steps (intermediate view; in the catalog: intermediate.int_steps)"
 
 
 @pytest.mark.parametrize("name", sorted(CONTRACT))
