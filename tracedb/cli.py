@@ -309,7 +309,8 @@ def views(ctx, show_all):
             from .errors import UnknownView
             raise UnknownView(name, [v.name for v in infos])
         v = match[0]
-        click.echo(f"{v.name} ({v.layer} {v.kind})\n  {v.description}")
+        where = "" if v.kind == "python" else f"; in the catalog: {v.relation}"
+        click.echo(f"{v.name} ({v.layer} {v.kind}{where})\n  {v.description}")
         if v.name in not_on_spark:
             click.echo(f"  not on Spark: {not_on_spark[v.name]}")
         for p, doc in v.params.items():
