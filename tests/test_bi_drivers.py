@@ -4,6 +4,10 @@ a Java program compiled here, and psqlODBC through pyodbc. The expected values
 come from the warehouse's DuckDB catalog read directly (names, types, comments)
 and from the fixture's layout (3 traces of run v1).
 
+The schemas a client lists are checked against the files of queries/: the
+marts beside the tables in main, staging and intermediate views in theirs, the
+bookkeeping in tracedb_meta, each view's comment the header of its file.
+
 A missing driver skips these tests locally and fails them in CI (env CI set):
 .ci/run installs libpostgresql-jdbc-java, a JDK, odbc-postgresql and unixodbc.
 """
@@ -11,6 +15,7 @@ A missing driver skips these tests locally and fails them in CI (env CI set):
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,6 +30,7 @@ import pytest
 import tracedb
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cuda"
+QUERIES = Path(__file__).resolve().parents[1] / "queries"
 PGJDBC = Path("/usr/share/java/postgresql.jar")
 PSQLODBC = Path("/usr/lib/x86_64-linux-gnu/odbc/psqlodbcw.so")
 PASSWORD = "bi-s3cret"
@@ -32,7 +38,39 @@ PASSWORD = "bi-s3cret"
 #: DuckDB column type -> the PostgreSQL type name a client sees (as PostgreSQL 15 spells pg_type.typname).
 PG_TYPENAMES = {"VARCHAR": "varchar", "BIGINT": "int8", "INTEGER": "int4", "DOUBLE": "float8", "BOOLEAN": "bool",
                 "TIMESTAMP WITH TIME ZONE": "timestamptz", "TIMESTAMP": "timestamp", "HUGEINT": "numeric",
+                "BIGINT[]": "text",  # lists are sent as JSON text
                 "JSON": "varchar"}  # DuckDB lists JSON columns as VARCHAR in pg_attribute; values come as json
+
+
+#: The relations the drivers are asked about, by schema.
+RELATIONS = {"hotspots": "main", "traces": "main", "stg_kernels": "staging", "int_steps": "intermediate"}
+_TAG_LINE = re.compile(r"^--\s*(requires|param\s+\w+|order by|default kind|materialize)\s*:", re.IGNORECASE)
+
+
+def _views_of(layer: str) -> set[str]:
+    """The views (not table macros) that the files of a layer of queries/ define."""
+    return {p.stem for p in (QUERIES / layer).glob("*.sql")
+            if re.search(rf"CREATE OR REPLACE VIEW {p.stem}\b", p.read_text())}
+
+
+def _header(layer: str, name: str) -> str:
+    """The header comment of queries/<layer>/<name>.sql, less its tag lines, on one line."""
+    lines = []
+    for line in (QUERIES / layer / f"{name}.sql").read_text().splitlines():
+        if not line.startswith("--"):
+            break
+        if not _TAG_LINE.match(line) and line[2:].strip():
+            lines.append(line[2:].strip())
+    return " ".join(lines)
+
+
+#: What a client lists in each schema: tables and marts first (main), then the layers, then the bookkeeping.
+EXPECTED_SCHEMAS = {
+    "main": {"events", "flows", "counters", "traces", "run_tags"} | _views_of("marts"),
+    "staging": _views_of("staging"),
+    "intermediate": _views_of("intermediate"),
+    "tracedb_meta": {"catalog_info", "schema_version", "tracedb_views", "tracedb_view_columns", "user_comm_patterns"},
+}
 
 
 def _missing(what: str) -> None:
@@ -58,11 +96,11 @@ def warehouse(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def catalog(warehouse: Path) -> dict:
-    """Names, types and comments of hotspots (a view) and traces (a table), read from the catalog file."""
+    """Kind, comment and columns (name, type, comment) of each of RELATIONS, read from the catalog file."""
     con = duckdb.connect(str(warehouse / "tracedb.duckdb"), read_only=True)
     try:
         out = {}
-        for name in ("hotspots", "traces"):
+        for name, schema in RELATIONS.items():
             out[name] = {
                 "kind": "VIEW" if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?",
                                               [name]).fetchone()[0] else "TABLE",
@@ -71,7 +109,7 @@ def catalog(warehouse: Path) -> dict:
                     "SELECT comment FROM duckdb_tables() WHERE table_name = ?", [name, name]).fetchone()[0],
                 "columns": con.execute(
                     "SELECT column_name, data_type, comment FROM duckdb_columns() WHERE table_name = ? "
-                    "AND schema_name = 'main' ORDER BY column_index", [name]).fetchall(),
+                    "AND schema_name = ? ORDER BY column_index", [name, schema]).fetchall(),
             }
         return out
     finally:
@@ -141,6 +179,7 @@ PROBE = textwrap.dedent("""
                 call("getCatalogs", md::getCatalogs);
                 call("getSchemas", md::getSchemas);
                 call("getTables", () -> md.getTables(null, "main", "%", new String[] {"TABLE", "VIEW"}));
+                call("getTables all", () -> md.getTables(null, null, "%", new String[] {"TABLE", "VIEW"}));
                 call("getFunctions", () -> md.getFunctions(null, null, "%"));
                 call("getClientInfoProperties", md::getClientInfoProperties);
                 call("getTypeInfo", md::getTypeInfo);
@@ -155,6 +194,13 @@ PROBE = textwrap.dedent("""
                     call("getTablePrivileges " + t, () -> md.getTablePrivileges(null, "main", t));
                     call("getColumnPrivileges " + t, () -> md.getColumnPrivileges(null, "main", t, "%"));
                 }
+                for (String t : new String[] {"stg_kernels", "int_steps"}) {
+                    String schema = t.startsWith("stg_") ? "staging" : "intermediate";
+                    call("getColumns " + t, () -> md.getColumns(null, schema, t, "%"));
+                }
+                call("unqualified", () -> con.createStatement().executeQuery(
+                    "SELECT (SELECT count(*) FROM hotspots) AS hotspots, (SELECT count(*) FROM events) AS events,"
+                    + " (SELECT count(*) FROM stg_kernels) AS stg_kernels"));
                 PreparedStatement ps = con.prepareStatement("SELECT count(*) AS traces FROM traces WHERE run = ?");
                 ps.setString(1, "v1");
                 call("prepared", ps::executeQuery);
@@ -206,7 +252,7 @@ def jdbc(served: int, tmp_path_factory) -> dict:
 def test_every_metadata_call_answers_without_error(jdbc: dict) -> None:
     errors = {call: rows for call, rows in jdbc.items() if isinstance(rows, str)}
     assert errors == {}
-    assert len(jdbc) == 6 + 2 * 8 + 2
+    assert len(jdbc) == 7 + 2 * 8 + 2 + 3
 
 
 def test_jdbc_lists_the_view_and_the_table_with_their_comments(jdbc: dict, catalog: dict) -> None:
@@ -221,7 +267,31 @@ def test_jdbc_lists_the_view_and_the_table_with_their_comments(jdbc: dict, catal
     assert catalog["hotspots"]["comment"]  # the view library comments its marts
 
 
-@pytest.mark.parametrize("name", ["hotspots", "traces"])
+def test_jdbc_lists_marts_first_and_each_layer_in_its_schema(jdbc: dict) -> None:
+    listed: dict[str, set[str]] = {}
+    for row in jdbc["getTables all"]:
+        listed.setdefault(row["TABLE_SCHEM"], set()).add(row["TABLE_NAME"])
+    assert listed == EXPECTED_SCHEMAS
+    assert {row["TABLE_SCHEM"] for row in jdbc["getSchemas"]} >= set(EXPECTED_SCHEMAS)
+    remarks = {(row["TABLE_SCHEM"], row["TABLE_NAME"]): row["REMARKS"] for row in jdbc["getTables all"]}
+    for layer, schema in (("marts", "main"), ("staging", "staging"), ("intermediate", "intermediate")):
+        for name in EXPECTED_SCHEMAS[schema] & _views_of(layer):
+            assert remarks[(schema, name)] == _header(layer, name), name
+    assert remarks[("main", "hotspots")].startswith("Top kernels, CPU ops or annotations by total time")
+
+
+def test_jdbc_runs_existing_sql_unqualified(jdbc: dict, warehouse: Path) -> None:
+    con = duckdb.connect(str(warehouse / "tracedb.duckdb"), read_only=True)
+    try:
+        want = con.execute("SELECT (SELECT count(*) FROM main.hotspots), (SELECT count(*) FROM main.events),"
+                           " (SELECT count(*) FROM staging.stg_kernels)").fetchone()
+    finally:
+        con.close()
+    assert jdbc["unqualified"] == [{"HOTSPOTS": str(want[0]), "EVENTS": str(want[1]), "STG_KERNELS": str(want[2])}]
+    assert min(want) > 0
+
+
+@pytest.mark.parametrize("name", list(RELATIONS))
 def test_jdbc_columns_have_postgresql_types_and_the_catalog_comments(jdbc: dict, catalog: dict, name: str) -> None:
     got = [(row["COLUMN_NAME"], row["TYPE_NAME"], row["ORDINAL_POSITION"], row["REMARKS"])
            for row in jdbc[f"getColumns {name}"]]
@@ -290,6 +360,23 @@ def test_odbc_catalog_calls_and_a_parameterised_query(odbc, catalog: dict) -> No
     assert comment == catalog["hotspots"]["comment"]
 
 
+def test_odbc_lists_each_layer_in_its_schema_with_comments_a_query_away(odbc, catalog: dict) -> None:
+    """psqlODBC fills SQLTables' and SQLColumns' REMARKS with '' itself (it never asks the server:
+    info.c), so an ODBC client reads the comments with obj_description / col_description."""
+    cur = odbc.cursor()
+    listed: dict[str, set[str]] = {}
+    for row in cur.tables().fetchall():
+        listed.setdefault(row.table_schem, set()).add(row.table_name)
+    assert listed == EXPECTED_SCHEMAS
+    assert cur.execute("SELECT count(*) FROM stg_kernels").fetchone()[0] > 0  # unqualified, from staging
+    got = cur.execute(
+        "SELECT n.nspname, obj_description(c.oid, 'pg_class'), col_description(c.oid, 1) FROM pg_catalog.pg_class c"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = ?", "stg_kernels").fetchall()
+    assert [tuple(row) for row in got] == [("staging", _header("staging", "stg_kernels"),
+                                            catalog["stg_kernels"]["columns"][0][2])]
+    assert catalog["stg_kernels"]["columns"][0][2]
+
+
 def test_catalog_queries_of_metabase_and_dbeaver_browsing(served: int, catalog: dict) -> None:
     """What Metabase's sync and DBeaver's navigator read beyond DatabaseMetaData: quoted catalog
     names, privileges, row estimates, inheritance and materialized views (none)."""
@@ -316,3 +403,37 @@ def test_catalog_queries_of_metabase_and_dbeaver_browsing(served: int, catalog: 
             ("32",)]
         assert con.execute("SELECT rolname FROM pg_catalog.pg_roles r JOIN pg_catalog.pg_class c"
                            " ON c.relowner = r.oid WHERE c.relname = 'hotspots'").fetchall() == [("tracedb",)]
+
+
+def _psql(port: int, *commands: str) -> list[list[str]]:
+    if shutil.which("psql") is None:
+        _missing("psql (Debian's postgresql-client)")
+    args = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(port), "-U", "tracedb",
+            "-d", "tracedb"]
+    for command in commands:
+        args += ["-c", command]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PGPASSWORD": PASSWORD, "PGCONNECT_TIMEOUT": "5"})
+    assert out.returncode == 0, out.stderr
+    return [line.split("|") for line in out.stdout.splitlines()]
+
+
+def test_psql_lists_tables_and_views_by_schema(served: int) -> None:
+    # \dt and \dv list what is on the search path (main, staging, intermediate), as PostgreSQL's psql does
+    assert _psql(served, r"\dt") == [["main", "traces", "table", "tracedb"]]
+    views: dict[str, set[str]] = {}
+    for schema, name, kind, _owner in _psql(served, r"\dv"):
+        assert kind == "view"
+        views.setdefault(schema, set()).add(name)
+    assert views == {"main": EXPECTED_SCHEMAS["main"] - {"traces"}, "staging": EXPECTED_SCHEMAS["staging"],
+                     "intermediate": EXPECTED_SCHEMAS["intermediate"]}
+    assert {name for _schema, name, *_ in _psql(served, r"\dt tracedb_meta.*")} == EXPECTED_SCHEMAS["tracedb_meta"]
+    described = {row[1]: row[-1] for row in _psql(served, r"\dv+ hotspots", r"\dv+ stg_kernels")}
+    assert described == {"hotspots": _header("marts", "hotspots"), "stg_kernels": _header("staging", "stg_kernels")}
+
+
+def test_psql_runs_existing_sql_unqualified(served: int, hotspot_rows: int) -> None:
+    rows = _psql(served, "SELECT count(*) FROM hotspots", "SELECT count(*) FROM main.hotspots",
+                 "SELECT count(*) FROM int_steps", "SHOW search_path")
+    assert rows == [[str(hotspot_rows)], [str(hotspot_rows)], rows[2], ["main, staging, intermediate"]]
+    assert int(rows[2][0]) > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
@@ -26,13 +27,13 @@ def _ingest_one(tmp_path: Path) -> Path:
 def test_migrations_recorded_with_checksums(tmp_path: Path):
     wh = _ingest_one(tmp_path)
     con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
-    rows = con.execute("SELECT version, name, checksum FROM schema_version ORDER BY version").fetchall()
+    rows = con.execute("SELECT version, name, checksum FROM tracedb_meta.schema_version ORDER BY version").fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [(m.version, m.name, m.checksum) for m in load_migrations()]
 
 
 @pytest.mark.parametrize("tamper,message", [
-    ("UPDATE schema_version SET checksum = 'x' WHERE version = 1", "checksum mismatch"),
-    ("INSERT INTO schema_version VALUES (999, 'future', 'x', now())", "newer than this tracedb"),
+    ("UPDATE tracedb_meta.schema_version SET checksum = 'x' WHERE version = 1", "checksum mismatch"),
+    ("INSERT INTO tracedb_meta.schema_version VALUES (999, 'future', 'x', now())", "newer than this tracedb"),
 ])
 def test_tampered_or_newer_catalog_is_an_error(tmp_path: Path, tamper: str, message: str):
     con = duckdb.connect(str(tmp_path / "c.duckdb"))
@@ -141,7 +142,7 @@ def test_comments_land_in_the_catalog(tmp_path: Path):
     assert "microseconds" in col
     undocumented = con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() WHERE table_name IN "
-        "(SELECT name FROM tracedb_views WHERE kind = 'view') AND comment IS NULL").fetchall()
+        "(SELECT name FROM tracedb_meta.tracedb_views WHERE kind = 'view') AND comment IS NULL").fetchall()
     assert undocumented == []
 
 
@@ -176,3 +177,118 @@ def test_raw_views_over_files_have_the_columns_of_the_empty_ones(tmp_path: Path,
         described = [(name, typ) for name, typ, *_ in con.execute(f"DESCRIBE {table}").fetchall()]
         assert described == raw_columns(table), table
     assert con.execute("SELECT name, calls FROM hotspots").fetchall() == [("k", 1)]
+
+
+def test_catalog_sql_names_other_schemas_relations_and_leaves_comments_literals_and_ctes():
+    from tracedb.views import ViewDef, catalog_sql
+
+    sql = ("-- Reads events.\n-- Grain: one row.\nCREATE OR REPLACE VIEW int_x AS\n"
+           "-- from stg_a, not FROM stg_a\n"
+           "WITH stg_b AS (SELECT 1 AS x) SELECT 'FROM stg_a' AS s, x FROM stg_a JOIN stg_b USING (x)\n"
+           "JOIN events e ON true JOIN main.traces USING (run) JOIN int_y USING (x);")
+    v = ViewDef(name="int_x", layer="intermediate", kind="view", path=Path("int_x.sql"), sql=sql, description="")
+    schemas = {"stg_a": "staging", "stg_b": "staging", "events": "main", "traces": "main", "int_y": "intermediate"}
+    assert catalog_sql(v, schemas) == (
+        "-- Reads events.\n-- Grain: one row.\nCREATE OR REPLACE VIEW intermediate.int_x AS\n"
+        "-- from stg_a, not FROM stg_a\n"
+        "WITH stg_b AS (SELECT 1 AS x) SELECT 'FROM stg_a' AS s, x FROM staging.stg_a JOIN stg_b USING (x)\n"
+        "JOIN main.events e ON true JOIN main.traces USING (run) JOIN intermediate.int_y USING (x);")
+
+
+def _schemas_of(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for schema, name in con.execute(
+            "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal AND database_name = 'tracedb'"
+            " UNION ALL SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'tracedb'"
+    ).fetchall():
+        out.setdefault(schema, set()).add(name)
+    return out
+
+
+def _files(layer: str) -> set[str]:
+    """The views (not table macros) the files of a layer of queries/ define."""
+    root = Path(__file__).resolve().parents[1] / "queries" / layer
+    return {p.stem for p in root.glob("*.sql") if re.search(rf"CREATE OR REPLACE VIEW {p.stem}\b", p.read_text())}
+
+
+def test_catalog_file_opened_with_duckdb_alone_or_attached_under_another_name(tmp_path: Path):
+    wh = _ingest_one(tmp_path)
+    con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
+    layout = _schemas_of(con)
+    assert layout == {
+        "main": {"events", "flows", "counters", "traces", "run_tags"} | _files("marts"),
+        "staging": _files("staging"), "intermediate": _files("intermediate"),
+        "tracedb_meta": {"catalog_info", "schema_version", "tracedb_views", "tracedb_view_columns",
+                         "user_comm_patterns"}}
+    # existing SQL, unqualified, on a connection with DuckDB's own search path (main)
+    assert con.execute("SELECT name, calls FROM hotspots").fetchall() == [("k", 1)]
+    assert con.execute("SELECT count(*) FROM events").fetchall() == [(1,)]
+    assert con.execute("SELECT name, dur_ns FROM staging.stg_kernels").fetchall() == [("k", 5000)]
+    con.close()
+    other = duckdb.connect()
+    other.execute(f"ATTACH '{wh / 'tracedb.duckdb'}' AS warehouse (READ_ONLY)")
+    assert other.execute("SELECT name, calls FROM warehouse.hotspots").fetchall() == [("k", 1)]
+    for schema, names in layout.items():
+        for name in names:  # every view binds where the catalog is not the connection's database
+            other.execute(f"SELECT * FROM warehouse.{schema}.{name} LIMIT 0")
+
+
+def test_a_catalog_of_the_flat_layout_moves_into_the_schemas(tmp_path: Path):
+    """A catalog an older tracedb made (everything in main) is re-laid on first use, its history kept."""
+    wh = _ingest_one(tmp_path)
+    catalog = wh / "tracedb.duckdb"
+    catalog.unlink()
+    old = load_migrations()[:2]
+    con = duckdb.connect(str(catalog))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR, checksum VARCHAR,"
+                " applied_at TIMESTAMPTZ)")
+    for m in old:
+        con.execute(m.sql)
+        con.execute("INSERT INTO schema_version VALUES (?, ?, ?, TIMESTAMPTZ '2025-01-02 03:04:05+00')",
+                    [m.version, m.name, m.checksum])
+    con.execute("INSERT INTO catalog_info VALUES ('warehouse', '/somewhere/else')")
+    con.execute("CREATE TABLE tracedb_views (name VARCHAR)")
+    con.execute("CREATE TABLE user_comm_patterns (priority BIGINT)")
+    con.execute("CREATE VIEW stg_kernels AS SELECT 1 AS old")
+    con.execute("CREATE MACRO int_latency(span) AS TABLE SELECT 1 AS old")
+    con.execute("CREATE VIEW events AS SELECT 1 AS old")
+    con.close()
+
+    db = tracedb.open(wh)
+    assert db.sql("SELECT count(*) FROM traces").fetchall() == [(0,)]  # the traces table was re-made empty
+    db.close()
+    con = duckdb.connect(str(catalog), read_only=True)
+    assert "stg_kernels" not in _schemas_of(con)["main"]
+    assert {"tracedb_views", "user_comm_patterns", "catalog_info", "schema_version"}.isdisjoint(
+        _schemas_of(con)["main"])
+    history = con.execute("SELECT version, name, checksum, applied_at = TIMESTAMPTZ '2025-01-02 03:04:05+00'"
+                          " FROM tracedb_meta.schema_version ORDER BY version").fetchall()
+    assert history == [(m.version, m.name, m.checksum, m.version <= 2) for m in load_migrations()]
+    assert con.execute("SELECT value FROM tracedb_meta.catalog_info WHERE key = 'warehouse'").fetchall() == [
+        (str(wh),)]
+    assert con.execute("SELECT count(*) FROM staging.stg_kernels").fetchall() == [(0,)]
+    assert con.execute("SELECT DISTINCT schema_name FROM duckdb_functions() WHERE function_name = 'int_latency'"
+                       ).fetchall() == [("intermediate",)]
+
+
+def test_duckdb_engine_reflects_each_layer_in_its_schema(tmp_path: Path):
+    """SQLAlchemy's duckdb-engine (Superset; DBeaver's and Metabase's DuckDB drivers list the same
+    duckdb_views()) on the catalog file: the marts in main, the layers in theirs, with comments."""
+    sa = pytest.importorskip("sqlalchemy")
+    pytest.importorskip("duckdb_engine")
+    wh = _ingest_one(tmp_path)
+    engine = sa.create_engine(f"duckdb:///{wh / 'tracedb.duckdb'}?access_mode=read_only")
+    try:
+        inspector = sa.inspect(engine)
+        assert {f"tracedb.{schema}" for schema in ("main", "staging", "intermediate", "tracedb_meta")} <= set(
+            inspector.get_schema_names())
+        assert set(inspector.get_view_names()) == {"events", "flows", "counters", "run_tags"} | _files("marts")
+        assert set(inspector.get_view_names(schema="staging")) == _files("staging")
+        assert set(inspector.get_view_names(schema="intermediate")) == _files("intermediate")
+        assert inspector.get_table_names(schema="main") == ["traces"]
+        assert inspector.get_table_comment("stg_kernels", schema="staging")["text"].startswith(
+            "GPU kernels (CUDA, ROCm; MTIA device ops), typed and renamed.")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT name, calls FROM hotspots")).fetchall() == [("k", 1)]
+    finally:
+        engine.dispose()

@@ -46,8 +46,8 @@ def wh(tmp_path_factory):
 
 def test_every_view_and_column_is_documented(wh):
     with tracedb.open(wh) as db:
-        views = rows(db, "SELECT name, layer, description FROM tracedb_views")
-        cols = rows(db, "SELECT view_name, column_name, data_type, description FROM tracedb_view_columns")
+        views = rows(db, "SELECT name, layer, description FROM tracedb_meta.tracedb_views")
+        cols = rows(db, "SELECT view_name, column_name, data_type, description FROM tracedb_meta.tracedb_view_columns")
     assert {v["name"] for v in views if v["layer"] == "marts"} >= set(CONTRACT)
     assert [v["name"] for v in views if not (v["description"] or "").strip()] == []
     assert [(c["view_name"], c["column_name"]) for c in cols if not (c["description"] or "").strip()] == []
@@ -68,6 +68,9 @@ def test_tracedb_views_describes_each_mart(wh):
         assert len(listed[name].split(maxsplit=1)[1]) > 40, name
     res = CliRunner().invoke(main, ["-w", str(wh), "views", "latency"])
     assert "param span:" in res.output and "p50_us" in res.output
+    assert res.output.splitlines()[0] == "latency (marts macro; in the catalog: main.latency)"
+    res = CliRunner().invoke(main, ["-w", str(wh), "views", "int_steps"])
+    assert res.output.splitlines()[0] == "int_steps (intermediate view; in the catalog: intermediate.int_steps)"
 
 
 @pytest.mark.parametrize("name", sorted(CONTRACT))

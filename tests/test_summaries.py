@@ -39,7 +39,7 @@ def snapshot(db: tracedb.TraceDB) -> dict[str, tuple[list, list]]:
     of regressions between the CUDA fixture's v1 and v2."""
     con = db.connect()
     names = [n for (n,) in con.execute(
-        "SELECT name FROM tracedb_views WHERE kind = 'view' AND layer <> 'staging' ORDER BY name").fetchall()]
+        "SELECT name FROM tracedb_meta.tracedb_views WHERE kind = 'view' AND layer <> 'staging' ORDER BY name").fetchall()]
     out = {}
     for name in names + ["regressions('v1', 'v2')"]:
         rel = con.sql(f"SELECT * FROM {name}")

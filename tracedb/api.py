@@ -119,10 +119,11 @@ class TraceDB:
         if self._con is None:
             con = self.catalog.connect_readonly()
             recorded = self.catalog.recorded_warehouse(con)
-            if recorded is not None and recorded != str(self.wh) and self.wh.remote is None \
-                    and os.access(self.warehouse, os.W_OK):
+            if recorded != str(self.wh) and self.wh.remote is None and os.access(self.warehouse, os.W_OK):
                 con.close()
-                self.catalog.rebuild()  # the warehouse moved: re-point the views
+                # The warehouse moved (re-point the views), or an older tracedb
+                # made the catalog (None: the bookkeeping is not where it is now).
+                self.catalog.rebuild()
                 con = self.catalog.connect_readonly()
             self._con = con
         return self._con

@@ -1,9 +1,11 @@
 """The DuckDB catalog: ``<warehouse>/tracedb.duckdb``.
 
-It holds the ``traces`` table (one row per ingested or failed file), the
-migrations' ``schema_version`` table, and views: raw views over the Parquet
-files (``events``, ``flows``, ``counters``) and the view library from
-queries/.
+It holds the ``traces`` table (one row per ingested or failed file), raw
+views over the Parquet files (``events``, ``flows``, ``counters``) and the
+view library from queries/: marts beside the tables in ``main``, staging and
+intermediate views in schemas of their own (views.LAYER_SCHEMAS), and the
+bookkeeping (the migrations' ``schema_version``, ``catalog_info``, the
+library's docs) in ``tracedb_meta``.
 
 Readers are never locked out: a writer never opens the live catalog file.
 It copies it to a temp file under an exclusive lock (the warehouse's
@@ -30,6 +32,7 @@ import duckdb
 
 from .errors import MigrationError, WarehouseError
 from .sqltext import sql_literal
+from .views import META_SCHEMA, set_search_path
 from .warehouse import CATALOG_NAME
 
 # Building the views (schema, views, summaries: pyarrow) is imported by the
@@ -78,11 +81,17 @@ def load_migrations(root: Path | None = None) -> list[Migration]:
 
 def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list[int]:
     """Apply the pending migrations, each in its own transaction."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {META_SCHEMA}")
     con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY,"
+        f"CREATE TABLE IF NOT EXISTS {META_SCHEMA}.schema_version (version INTEGER PRIMARY KEY,"
         " name VARCHAR, checksum VARCHAR, applied_at TIMESTAMPTZ)"
     )
-    applied = dict(con.execute("SELECT version, checksum FROM schema_version").fetchall())
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
+                   " AND schema_name = 'main' AND table_name = 'schema_version'").fetchone()[0]:
+        # A catalog made before the bookkeeping had its schema.
+        con.execute(f"INSERT INTO {META_SCHEMA}.schema_version SELECT * FROM main.schema_version")
+        con.execute("DROP TABLE main.schema_version")
+    applied = dict(con.execute(f"SELECT version, checksum FROM {META_SCHEMA}.schema_version").fetchall())
     known = {m.version: m for m in migrations}
     newer = [v for v in applied if v not in known]
     if newer:
@@ -104,7 +113,7 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list
         try:
             con.execute(m.sql)
             con.execute(
-                "INSERT INTO schema_version VALUES (?, ?, ?, now())",
+                f"INSERT INTO {META_SCHEMA}.schema_version VALUES (?, ?, ?, now())",
                 [m.version, m.name, m.checksum],
             )
             con.execute("COMMIT")
@@ -210,7 +219,9 @@ class Catalog:
             self.fetch()
         elif not self.path.exists():
             raise self._missing()
-        return self.wh.attach(duckdb.connect(str(self.path), read_only=True))
+        con = self.wh.attach(duckdb.connect(str(self.path), read_only=True))
+        set_search_path(con)
+        return con
 
     def _copy(self, tmp: Path) -> str | None:
         """Start a writer's copy: the catalog as it is now (none for a new
@@ -277,10 +288,10 @@ class Catalog:
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:
         from . import tags
         from .schema import SCHEMAS
-        from .views import apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql
+        from .views import LAYER_SCHEMAS, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql
 
         con.execute(
-            "INSERT OR REPLACE INTO catalog_info VALUES ('warehouse', ?)", [str(self.wh)]
+            f"INSERT OR REPLACE INTO {META_SCHEMA}.catalog_info VALUES ('warehouse', ?)", [str(self.wh)]
         )
         rows = con.execute(
             "SELECT files FROM traces WHERE status = 'ok' ORDER BY run, rank, phase, file_id"
@@ -290,7 +301,7 @@ class Catalog:
             for table, key in json.loads(raw or "{}").items():
                 if table in files:
                     files[table].append(self.wh.location(key))
-        load_comm_patterns(con, self.wh.comm_patterns)
+        load_comm_patterns(con, self.wh.comm_patterns, META_SCHEMA)
         tags.bind(con, self.wh)
         common = {k: RAW_COLUMN_DOCS[k] for k in COMMON_COLUMNS}
         defs = load_view_files(resource_dir("queries"))
@@ -298,9 +309,9 @@ class Catalog:
         # them (seconds) is needed only when their SQL or docs changed, not
         # when the raw views below list new files.
         fingerprint = hashlib.sha256(
-            json.dumps([vars(v) for v in defs] + [common], sort_keys=True, default=str).encode()
+            json.dumps([vars(v) for v in defs] + [common, LAYER_SCHEMAS], sort_keys=True, default=str).encode()
         ).hexdigest()
-        row = con.execute("SELECT value FROM catalog_info WHERE key = 'views_fingerprint'").fetchall()
+        row = con.execute(f"SELECT value FROM {META_SCHEMA}.catalog_info WHERE key = 'views_fingerprint'").fetchall()
         if not row or row[0][0] != fingerprint:
             # Bound over empty raw views of the same columns: over a trace's
             # files, each view's binding read their Parquet footers (a new
@@ -308,7 +319,8 @@ class Catalog:
             for table in SCHEMAS:
                 con.execute(raw_view_sql(table, []))
             apply_views(con, defs, common)
-            con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('views_fingerprint', ?)", [fingerprint])
+            con.execute(f"INSERT OR REPLACE INTO {META_SCHEMA}.catalog_info VALUES ('views_fingerprint', ?)",
+                        [fingerprint])
         for table, paths in files.items():
             con.execute(raw_view_sql(table, paths))
             con.execute(f"COMMENT ON VIEW {table} IS {sql_literal(RAW_DOCS[table])}")
@@ -322,8 +334,10 @@ class Catalog:
         """Define each per-trace view over its summary files when every trace
         has current ones; else over the events (its own SQL: right, slower)."""
         from . import summaries
+        from .views import catalog_sql, relation_schemas
 
         views = summaries.per_trace(defs)
+        schemas = relation_schemas(defs)
         current = summaries.fingerprint(defs, self.wh)
         rows = con.execute(
             "SELECT summaries, summaries_fingerprint FROM traces WHERE status = 'ok' "
@@ -338,29 +352,30 @@ class Catalog:
                 continue
             for v in views:
                 files[v.name].append(self.wh.location(listed[v.name]))
-        con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('stale_summaries', ?)", [str(stale)])
+        con.execute(f"INSERT OR REPLACE INTO {META_SCHEMA}.catalog_info VALUES ('stale_summaries', ?)",
+                    [str(stale)])
         for v in views:
             cols = con.execute(
-                "SELECT column_name, data_type, description FROM tracedb_view_columns "
+                f"SELECT column_name, data_type, description FROM {META_SCHEMA}.tracedb_view_columns "
                 "WHERE view_name = ? ORDER BY position", [v.name]
             ).fetchall()
             if rows and not stale:
                 select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
                 file_list = ", ".join(sql_literal(f) for f in files[v.name])
-                con.execute(f"CREATE OR REPLACE VIEW {v.name} AS SELECT {select} "
+                con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} "
                             f"FROM read_parquet([{file_list}], hive_partitioning = false)")
             else:
-                con.execute(v.sql)
-            con.execute(f"COMMENT ON VIEW {v.name} IS {sql_literal(v.description)}")
+                con.execute(catalog_sql(v, schemas))
+            con.execute(f"COMMENT ON VIEW {v.qualified_name} IS {sql_literal(v.description)}")
             for c, _t, doc in cols:
                 if doc:
-                    con.execute(f'COMMENT ON COLUMN {v.name}."{c}" IS {sql_literal(doc)}')
+                    con.execute(f'COMMENT ON COLUMN {v.qualified_name}."{c}" IS {sql_literal(doc)}')
 
     @staticmethod
     def stale_summaries(con: duckdb.DuckDBPyConnection) -> int:
         """Traces whose summaries another view library or comm_patterns.csv
         made (the per-trace views then read the events)."""
-        rows = con.execute("SELECT value FROM catalog_info WHERE key = 'stale_summaries'").fetchall()
+        rows = con.execute(f"SELECT value FROM {META_SCHEMA}.catalog_info WHERE key = 'stale_summaries'").fetchall()
         return int(rows[0][0]) if rows else 0
 
     def refresh_summaries(self, on_wait: Callable[[str], None] | None = None) -> int:
@@ -405,7 +420,7 @@ class Catalog:
     def recorded_warehouse(con: duckdb.DuckDBPyConnection) -> str | None:
         """The warehouse folder the views were built for (read on ``con``)."""
         try:
-            rows = con.execute("SELECT value FROM catalog_info WHERE key = 'warehouse'").fetchall()
+            rows = con.execute(f"SELECT value FROM {META_SCHEMA}.catalog_info WHERE key = 'warehouse'").fetchall()
         except duckdb.Error:
             return None
         return rows[0][0] if rows else None

@@ -280,12 +280,10 @@ class _ViewsGroup(_Errors):
 
 
 def _not_on_spark() -> dict[str, str]:
-    """View -> why it cannot run on Spark ({} without sqlglot)."""
-    try:
-        from .spark.dialect import library, translate
-    except ImportError:
-        return {}
-    return translate(library(), "spark")[1]
+    """View -> why it cannot run on Spark."""
+    from .catalog import resource_dir
+    from .views import not_on_spark
+    return not_on_spark(resource_dir("queries"))
 
 
 @main.group(cls=_ViewsGroup, invoke_without_command=True)
@@ -314,7 +312,8 @@ def views(ctx, show_all):
             from .errors import UnknownView
             raise UnknownView(name, [v.name for v in infos])
         v = match[0]
-        click.echo(f"{v.name} ({v.layer} {v.kind})\n  {v.description}")
+        where = "" if v.kind == "python" else f"; in the catalog: {v.relation}"
+        click.echo(f"{v.name} ({v.layer} {v.kind}{where})\n  {v.description}")
         if v.name in not_on_spark:
             click.echo(f"  not on Spark: {not_on_spark[v.name]}")
         for p, doc in v.params.items():

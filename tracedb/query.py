@@ -19,6 +19,7 @@ import duckdb
 
 from . import critical_path
 from .errors import QueryError, UnknownView
+from .views import LAYER_SCHEMAS, META_SCHEMA
 
 FILTER_COLUMNS = ("run", "rank", "phase", "kind")
 
@@ -33,9 +34,14 @@ class ViewInfo:
     order_by: str | None
     default_kind: list[str]
 
+    @property
+    def relation(self) -> str:
+        """Its schema-qualified name in the catalog (views.LAYER_SCHEMAS)."""
+        return f"{LAYER_SCHEMAS[self.layer]}.{self.name}"
+
 
 def list_views(con: duckdb.DuckDBPyConnection, layer: str | None = None) -> list[ViewInfo]:
-    sql = "SELECT name, layer, kind, description, params, order_by, default_kind FROM tracedb_views"
+    sql = f"SELECT name, layer, kind, description, params, order_by, default_kind FROM {META_SCHEMA}.tracedb_views"
     args: list = []
     if layer:
         sql += " WHERE layer = ?"
@@ -56,7 +62,7 @@ def view_columns(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[str, s
     """(column, type, doc) of a view, macro or Python-computed mart."""
     if name in critical_path.MARTS:
         return [(c, t, doc) for c, (t, doc) in critical_path.MARTS[name].columns.items()]
-    return con.execute("SELECT column_name, data_type, description FROM tracedb_view_columns "
+    return con.execute(f"SELECT column_name, data_type, description FROM {META_SCHEMA}.tracedb_view_columns "
                        "WHERE view_name = ? ORDER BY position", [name]).fetchall()
 
 
@@ -88,9 +94,10 @@ def _python_mart(con: duckdb.DuckDBPyConnection, name: str, *, run=None, base=No
     return rel
 
 
-def _columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
+def _columns(con: duckdb.DuckDBPyConnection, info: ViewInfo) -> list[str]:
     return [c for (c,) in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index", [name]
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = ? "
+        "AND database_name = current_database() ORDER BY column_index", [info.name, LAYER_SCHEMAS[info.layer]]
     ).fetchall()]
 
 
@@ -155,11 +162,11 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
         raise QueryError(f"{name} is computed in Python, not SQL: run it with query()")
     params: list = list(r.args.values())
     if info.kind == "macro":
-        source = f"{name}({', '.join(f'{p} := ?' for p in r.args)})"
+        source = f"{info.relation}({', '.join(f'{p} := ?' for p in r.args)})"
         columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0", params).description]
     else:
-        source = name
-        columns = _columns(con, name)
+        source = info.relation
+        columns = _columns(con, info)
     check_filters(name, filters, columns)
     if kind is None and info.default_kind and "kind" in columns:
         filters["kind"] = _default_kind(con, source, params, filters, info.default_kind)

@@ -23,6 +23,13 @@ Files hold only ``CREATE OR REPLACE VIEW|MACRO``; they are re-applied on
 every catalog build, in dependency order (a cycle is an error). The loader
 refuses a view without a ``Grain:`` line, one whose ``requires:`` differs
 from the views its SQL reads, and one that reads a view of a higher layer.
+
+In the catalog each layer has its schema (:data:`LAYER_SCHEMAS`): the marts
+beside the raw tables in ``main``, where clients look first, the staging and
+intermediate views in schemas of their own, and the bookkeeping tables in
+:data:`META_SCHEMA`. The files name no schema (they stay readable, and
+summaries.py and Spark run them in one flat namespace); :func:`catalog_sql`
+adds the schemas where the catalog creates them.
 """
 
 from __future__ import annotations
@@ -47,6 +54,18 @@ if TYPE_CHECKING:
 
 LAYERS = ("staging", "intermediate", "marts")
 
+#: The catalog's schema of each layer's views.
+LAYER_SCHEMAS = {"staging": "staging", "intermediate": "intermediate", "marts": "main"}
+#: The catalog's bookkeeping: schema_version, catalog_info, the library's docs
+#: (tracedb_views, tracedb_view_columns) and the copy of comm_patterns.csv.
+META_SCHEMA = "tracedb_meta"
+#: Relations the library reads that are not its views, by schema.
+CATALOG_TABLES = {"events": "main", "flows": "main", "counters": "main", "traces": "main", "run_tags": "main",
+                  "user_comm_patterns": META_SCHEMA}
+#: Where ``tracedb sql``, the Python API and ``tracedb serve`` look up an
+#: unqualified name (a file opened with DuckDB alone looks in main only).
+SEARCH_PATH = ("main", "staging", "intermediate")
+
 _TAG_RE = re.compile(r"^--\s*(requires|param\s+\w+|order by|default kind|materialize)\s*:\s*(.*)$",
                      re.IGNORECASE)
 _CREATE_RE = re.compile(
@@ -61,6 +80,17 @@ _CTE_RE = re.compile(r"\b(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.IGN
 # A relation is read where FROM or JOIN names it (no view here joins with a
 # comma); a column or alias that shares a view's name is not a read.
 _SOURCE_RE = re.compile(r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)\b", re.IGNORECASE)
+# The same reads, where comments, literals and quoted names are skipped in place.
+_QUALIFY_RE = re.compile(_NOT_NAMES_RE.pattern + r"|(?P<read>\b(?:FROM|JOIN)\s+)(?P<name>[A-Za-z_]\w*)\b(?!\s*\.)",
+                         re.IGNORECASE)
+
+
+def set_search_path(con: duckdb.DuckDBPyConnection) -> None:
+    """Make ``con`` find unqualified names in the schemas of :data:`SEARCH_PATH`
+    that its catalog has (one an older tracedb made has main alone)."""
+    have = {s for (s,) in con.execute(
+        "SELECT schema_name FROM duckdb_schemas() WHERE database_name = current_database()").fetchall()}
+    con.execute(f"SET search_path = {_quote(','.join(s for s in SEARCH_PATH if s in have))}")
 
 
 @dataclass
@@ -79,6 +109,14 @@ class ViewDef:
     # Every row comes from one trace file: computed per trace at ingest and
     # read from summary files (``-- materialize: per trace``).
     per_trace: bool = False
+
+    @property
+    def schema(self) -> str:
+        return LAYER_SCHEMAS[self.layer]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
 
 
 def parse_view_file(path: Path, layer: str) -> ViewDef:
@@ -163,6 +201,17 @@ def load_view_files(root: Path) -> list[ViewDef]:
     return _toposort(defs)
 
 
+NOT_ON_SPARK = "not_on_spark.json"
+
+
+def not_on_spark(root: Path) -> dict[str, str]:
+    """View -> why it cannot run on Spark, as spark/dialect.py's generator
+    found it for this library and wrote it into ``root``/not_on_spark.json
+    (``spark.dialect.write_not_on_spark``; tests/test_docs.py keeps it current), so that
+    listing the views does not translate the whole library."""
+    return json.loads((root / NOT_ON_SPARK).read_text())
+
+
 def reads(v: ViewDef, names: set[str]) -> set[str]:
     """The views of ``names`` that the SQL of ``v`` reads: the names after
     FROM or JOIN outside comments and string literals, less its own common
@@ -171,6 +220,37 @@ def reads(v: ViewDef, names: set[str]) -> set[str]:
     ctes = {c.lower() for c in _CTE_RE.findall(body)}
     words = {w.lower() for w in _SOURCE_RE.findall(body)}
     return (words & names) - ctes - {v.name}
+
+
+def relation_schemas(defs: list[ViewDef]) -> dict[str, str]:
+    """The catalog's schema of every relation the library reads, by name."""
+    return {**CATALOG_TABLES, **{v.name: v.schema for v in defs}}
+
+
+def catalog_sql(v: ViewDef, schemas: dict[str, str]) -> str:
+    """The SQL of ``v`` as the catalog runs it: created in its layer's
+    schema, and each relation of ``schemas`` (name -> schema) that it reads
+    after FROM or JOIN named with its schema.
+
+    DuckDB binds an unqualified name in a view first in the view's own
+    schema, then on the search path of the connection that reads it (main of
+    that connection's first database, not of the view's), and a qualified
+    ``schema.name`` in the view's own database. So a staging view that read
+    ``events`` unqualified would break where the catalog is attached under
+    another name, and an intermediate view could not find a staging one."""
+    body = _NOT_NAMES_RE.sub(" ", v.sql)
+    ctes = {c.lower() for c in _CTE_RE.findall(body)}
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name is None or name.lower() in ctes or name.lower() not in schemas:
+            return m.group(0)
+        return f"{m.group('read')}{schemas[name.lower()]}.{name}"
+
+    create = _CREATE_RE.search(v.sql)
+    assert create is not None  # parse_view_file checked it
+    head = v.sql[:create.start(2)] + f"{v.schema}." + v.sql[create.start(2):create.end()]
+    return head + _QUALIFY_RE.sub(one, v.sql[create.end():])
 
 
 def _check_reads(v: ViewDef, defs: dict[str, ViewDef]) -> None:
@@ -204,15 +284,31 @@ def _macro_columns(con: duckdb.DuckDBPyConnection, v: ViewDef) -> list[tuple[str
     does not bind."""
     required = ", ".join("NULL" for doc in v.params.values() if "default" not in doc)
     try:
-        rows = con.execute(f"DESCRIBE SELECT * FROM {v.name}({required})").fetchall()
+        rows = con.execute(f"DESCRIBE SELECT * FROM {v.qualified_name}({required})").fetchall()
     except duckdb.Error:
         return None
     return [(r[0], r[1]) for r in rows]
 
 
+def _drop_misplaced(con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
+    """Drop the library's views and macros found outside their layer's schema
+    (a catalog built before the layers had schemas had them all in main)."""
+    home = {v.name: v.schema for v in defs}
+    found = con.execute(
+        "SELECT schema_name, view_name, 'VIEW' FROM duckdb_views() WHERE NOT internal AND database_name = "
+        "current_database() UNION ALL SELECT DISTINCT schema_name, function_name, 'MACRO TABLE' FROM "
+        "duckdb_functions() WHERE function_type = 'table_macro' AND database_name = current_database()"
+    ).fetchall()
+    for schema, name, kind in found:
+        if name in home and schema != home[name]:
+            con.execute(f"DROP {kind} {schema}.{name}")
+
+
 def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
                 common_docs: dict[str, str] | None = None) -> None:
-    """Create every view and macro, comment them, and record their docs.
+    """Create every view and macro in its layer's schema, comment them, and
+    record their docs (``tracedb_views``, ``tracedb_view_columns`` in
+    :data:`META_SCHEMA`).
 
     ``common_docs`` documents the key columns every layer shares (run, rank,
     phase, file_id, ...) where a view does not say more itself. A column a
@@ -220,19 +316,23 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
     view it requires."""
     common_docs = common_docs or {}
     applied: dict[str, dict[str, str]] = {}
+    schemas = relation_schemas(defs)
+    for schema in (*LAYER_SCHEMAS.values(), META_SCHEMA):
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    _drop_misplaced(con, defs)
     con.execute(
-        "CREATE OR REPLACE TABLE tracedb_views (name VARCHAR, layer VARCHAR, kind VARCHAR,"
+        f"CREATE OR REPLACE TABLE {META_SCHEMA}.tracedb_views (name VARCHAR, layer VARCHAR, kind VARCHAR,"
         " description VARCHAR, params JSON, order_by VARCHAR, default_kind VARCHAR[])"
     )
     con.execute(
-        "CREATE OR REPLACE TABLE tracedb_view_columns (view_name VARCHAR, column_name VARCHAR,"
+        f"CREATE OR REPLACE TABLE {META_SCHEMA}.tracedb_view_columns (view_name VARCHAR, column_name VARCHAR,"
         " position INTEGER, data_type VARCHAR, description VARCHAR)"
     )
     view_rows: list[list] = []
     column_rows: list[list] = []
     for v in defs:
         try:
-            con.execute(v.sql)
+            con.execute(catalog_sql(v, schemas))
         except duckdb.Error as e:
             raise ViewError(f"{v.path}: {e}") from None
         docs = {**common_docs}
@@ -241,25 +341,26 @@ def apply_views(con: duckdb.DuckDBPyConnection, defs: list[ViewDef],
         docs.update(v.column_docs)
         applied[v.name] = docs
         if v.kind == "view":
-            con.execute(f"COMMENT ON VIEW {v.name} IS {_quote(v.description)}")
+            con.execute(f"COMMENT ON VIEW {v.qualified_name} IS {_quote(v.description)}")
             cols = con.execute(
                 "SELECT column_name, data_type FROM duckdb_columns() "
-                "WHERE table_name = ? AND schema_name = 'main' ORDER BY column_index",
-                [v.name],
+                "WHERE table_name = ? AND schema_name = ? AND database_name = current_database() "
+                "ORDER BY column_index",
+                [v.name, v.schema],
             ).fetchall()
             for pos, (col, typ) in enumerate(cols):
                 doc = docs.get(col)
                 if doc:
-                    con.execute(f'COMMENT ON COLUMN {v.name}."{col}" IS {_quote(doc)}')
+                    con.execute(f'COMMENT ON COLUMN {v.qualified_name}."{col}" IS {_quote(doc)}')
                 column_rows.append([v.name, col, pos, typ, doc])
         else:
-            con.execute(f"COMMENT ON MACRO TABLE {v.name} IS {_quote(v.description)}")
+            con.execute(f"COMMENT ON MACRO TABLE {v.qualified_name} IS {_quote(v.description)}")
             cols = _macro_columns(con, v) or [(col, None) for col in v.column_docs]
             column_rows += [[v.name, col, pos, typ, docs.get(col)] for pos, (col, typ) in enumerate(cols)]
         view_rows.append([v.name, v.layer, v.kind, v.description, json.dumps(v.params), v.order_by,
                           v.default_kind])
-    _insert(con, "tracedb_views", view_rows)
-    _insert(con, "tracedb_view_columns", column_rows)
+    _insert(con, f"{META_SCHEMA}.tracedb_views", view_rows)
+    _insert(con, f"{META_SCHEMA}.tracedb_view_columns", column_rows)
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) -> None:
@@ -325,30 +426,31 @@ def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] |
 COMM_SOURCES = ("kernel", "annotation", "cpu_op")
 
 
-def load_comm_patterns(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def load_comm_patterns(con: duckdb.DuckDBPyConnection, path: Path, schema: str = "main") -> None:
     """Copy the user's communication patterns (``<warehouse>/comm_patterns.csv``:
     source, pattern, library, collective; first matching row wins) into the
-    table ``user_comm_patterns``, which replaces the defaults of the
+    table ``user_comm_patterns`` of ``schema``, which replaces the defaults of the
     ``comm_patterns`` view when it has rows. Without the file it is empty."""
+    table = f"{schema}.user_comm_patterns"
     con.execute(
-        "CREATE OR REPLACE TABLE user_comm_patterns (priority BIGINT, source VARCHAR,"
+        f"CREATE OR REPLACE TABLE {table} (priority BIGINT, source VARCHAR,"
         " pattern VARCHAR, library VARCHAR, collective VARCHAR)"
     )
     if not path.exists():
         return
     try:
         con.execute(
-            "INSERT INTO user_comm_patterns SELECT row_number() OVER (), lower(trim(source)),"
+            f"INSERT INTO {table} SELECT row_number() OVER (), lower(trim(source)),"
             " pattern, library, nullif(trim(collective), '')"
             " FROM read_csv(?, header = true, all_varchar = true)",
             [str(path)],
         )
         bad = con.execute(
-            "SELECT source, pattern FROM user_comm_patterns"
+            f"SELECT source, pattern FROM {table}"
             " WHERE NOT coalesce(list_contains(?, source), false) OR coalesce(pattern, '') = '' LIMIT 1",
             [list(COMM_SOURCES)],
         ).fetchone()
-        con.execute("SELECT count(*) FROM user_comm_patterns WHERE regexp_matches('', pattern)")
+        con.execute(f"SELECT count(*) FROM {table} WHERE regexp_matches('', pattern)")
     except duckdb.Error as e:
         raise ViewError(f"{path}: {str(e).splitlines()[0]}") from None
     if bad:

@@ -32,6 +32,7 @@ import duckdb
 from tracedb.serve import lexer, pgcatalog
 from tracedb.serve.config import PG_VERSION
 from tracedb.serve.gate import DENIED_NAMES
+from tracedb.views import SEARCH_PATH
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("transaction_read_only", "on"),
         Setting("transaction_isolation", "read committed"),
         Setting("default_transaction_isolation", "read committed"),
-        Setting("search_path", "main"),
+        Setting("search_path", ", ".join(SEARCH_PATH)),  # where DuckDB looks (server.new_cursor)
         Setting("extra_float_digits", "1"),
         Setting("statement_timeout", "0"),
         Setting("lock_timeout", "0"),
@@ -182,6 +183,11 @@ COMPAT_MACROS: dict[str, str] = {
     " lambda i_: {'x': array_[i_], 'n': i_}))",
     "regclass_oid": "(name_) AS (SELECT max(oid) FROM pg_catalog.pg_class"
     " WHERE relname = trim(string_split(name_, '.')[-1], '\"'))",
+    # On the search path (psql's \dt, \dv list those; tracedb_meta's tables only when named).
+    "pg_table_is_visible": "(relation_oid_) AS coalesce((SELECT bool_or(list_contains(["
+    + ", ".join(f"'{schema}'" for schema in SEARCH_PATH)
+    + "], nsp_.nspname)) FROM pg_catalog.pg_class cls_ JOIN pg_catalog.pg_namespace nsp_"
+    " ON cls_.relnamespace = nsp_.oid WHERE cls_.oid = relation_oid_), false)",  # (the caller's c.oid is substituted)
 }
 
 #: PostgreSQL catalog relations that DuckDB lacks, or has with fewer columns or

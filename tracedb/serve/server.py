@@ -31,6 +31,7 @@ from tracedb.serve.pgcompat import COMPAT_MACROS
 from tracedb.serve.sandbox import (
     Landlock, Redactor, data_directories, limit_process_memory, open_catalog, private_copy)
 from tracedb.serve.session import Session
+from tracedb.views import set_search_path
 
 log = logging.getLogger(__name__)
 
@@ -405,8 +406,10 @@ class Server:
         return self._db
 
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of the shared, sandboxed database, with the compat macros."""
+        """A cursor of the shared, sandboxed database, with the compat macros, that finds the
+        library's views unqualified in every schema (the search path is a cursor's own)."""
         cursor = self._current_db().cursor()
+        set_search_path(cursor)
         for name, definition in COMPAT_MACROS.items():
             cursor.execute(f"CREATE OR REPLACE TEMP MACRO {name}{definition}")
         return cursor

@@ -24,6 +24,7 @@ sqlglot cannot express for Spark, or that requires one, is listed by
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from ..catalog import resource_dir
-from ..views import ViewDef, load_view_files
+from ..views import NOT_ON_SPARK, ViewDef, load_view_files
 
 DIALECTS = ("spark", "trino")
 _MACRO_RE = re.compile(r"CREATE\s+OR\s+REPLACE\s+MACRO\s+(\w+)\s*\((.*?)\)\s*AS\s+TABLE\b", re.IGNORECASE | re.DOTALL)
@@ -287,3 +288,15 @@ def _wrap(text: str, width: int = 76) -> list[str]:
     import textwrap
 
     return textwrap.wrap(text, width) or [""]
+
+
+def write_not_on_spark(check: bool = False) -> bool:
+    """Write queries/not_on_spark.json (what ``translate`` refuses, and why),
+    or with ``check`` only say whether the file says that now."""
+    path = resource_dir("queries") / NOT_ON_SPARK
+    text = json.dumps(translate(library(), "spark")[1], indent=2, sort_keys=True) + "\n"
+    if check:
+        return path.is_file() and path.read_text() == text
+    path.write_text(text)
+    return True
+
