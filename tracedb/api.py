@@ -119,7 +119,7 @@ class TraceDB:
         if self._con is None:
             con = self.catalog.connect_readonly()
             recorded = self.catalog.recorded_warehouse(con)
-            if recorded != str(self.warehouse) and os.access(self.warehouse, os.W_OK):
+            if recorded != str(self.wh) and self.wh.remote is None and os.access(self.warehouse, os.W_OK):
                 con.close()
                 # The warehouse moved (re-point the views), or an older tracedb
                 # made the catalog (None: the bookkeeping is not where it is now).
@@ -180,10 +180,14 @@ class TraceDB:
         interrupted (KeyboardInterrupt propagates; the server is stopped first).
         ``on_ready(server)`` is called once the port listens (``server.port``)."""
         from .serve import ServeConfig, Server
+        from .serve.server import RemoteCatalog
 
         self.connect()  # a clear error when there is no warehouse; re-points a moved one
         self.close()
-        server = Server(self.catalog.path, self.warehouse, config or ServeConfig())
+        remote = None
+        if self.wh.remote is not None:
+            remote = RemoteCatalog(self.catalog.fetch, self.wh.remote.fs, self.wh.published_locations())
+        server = Server(self.catalog.path, self.warehouse, config or ServeConfig(), remote=remote)
         server.start()
         if on_ready is not None:
             on_ready(server)

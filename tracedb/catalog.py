@@ -33,6 +33,7 @@ import duckdb
 from .errors import MigrationError, WarehouseError
 from .sqltext import sql_literal
 from .views import META_SCHEMA, set_search_path
+from .warehouse import CATALOG_NAME
 
 # Building the views (schema, views, summaries: pyarrow) is imported by the
 # methods that write: a reader opens the catalog with DuckDB alone.
@@ -162,38 +163,105 @@ class Catalog:
 
     def __init__(self, warehouse: Warehouse):
         self.wh = warehouse
-        self.path = warehouse.catalog_path
+        self._path = warehouse.catalog_path
+
+    @property
+    def path(self) -> Path:
+        """The catalog file DuckDB opens: the warehouse's own, or for an
+        object store the local copy of the version last fetched."""
+        return self._path
 
     def exists(self) -> bool:
+        if self.wh.remote is not None:
+            return self.wh.remote.exists(CATALOG_NAME)
         return self.path.exists()
 
+    def _missing(self) -> WarehouseError:
+        if self.wh.remote is not None:
+            self.wh.remote.check_access()  # a missing bucket or a refusal says so first
+        return WarehouseError(
+            f"no tracedb warehouse at {self.wh} (run `tracedb ingest` first, "
+            "or point --warehouse / TRACEDB_WAREHOUSE at one)"
+        )
+
+    def fetch(self) -> Path:
+        """An object store's catalog, as a local copy of its current version
+        (fetched only when the bucket holds a newer one than this machine)."""
+        remote = self.wh.remote
+        assert remote is not None
+        version = remote.etag(CATALOG_NAME)
+        if version is None:
+            raise self._missing()
+        cached = self.wh.cached_catalog(version)
+        if not cached.exists():
+            self.wh.create_local()
+            tmp = self.wh.catalog_fetch_copy()
+            try:
+                version = remote.fetch(CATALOG_NAME, tmp)
+                if version is None:
+                    raise self._missing()
+                cached = self.wh.cached_catalog(version)
+                os.replace(tmp, cached)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._keep_only(cached)
+        self._path = cached
+        return cached
+
+    def _keep_only(self, cached: Path) -> None:
+        """Older cached versions go (a connection still open on one keeps it)."""
+        for old in self.wh.cached_catalogs():
+            if old != cached:
+                old.unlink(missing_ok=True)
+
     def connect_readonly(self) -> duckdb.DuckDBPyConnection:
-        if not self.path.exists():
-            raise WarehouseError(
-                f"no tracedb warehouse at {self.wh} (run `tracedb ingest` first, "
-                "or point --warehouse / TRACEDB_WAREHOUSE at one)"
-            )
-        con = duckdb.connect(str(self.path), read_only=True)
+        if self.wh.remote is not None:
+            self.fetch()
+        elif not self.path.exists():
+            raise self._missing()
+        con = self.wh.attach(duckdb.connect(str(self.path), read_only=True))
         set_search_path(con)
         return con
+
+    def _copy(self, tmp: Path) -> str | None:
+        """Start a writer's copy: the catalog as it is now (none for a new
+        warehouse); returns the object store's version it copied."""
+        if self.wh.remote is not None:
+            self.wh.create_local()
+            return self.wh.remote.fetch(CATALOG_NAME, tmp)
+        if self.path.exists():
+            shutil.copyfile(self.path, tmp)
+        return None
+
+    def _swap_in(self, tmp: Path, version: str | None) -> None:
+        """The writer's copy becomes the catalog; in an object store, only if
+        no other writer committed since ``version`` (else CommitConflict)."""
+        if self.wh.remote is None:
+            os.replace(tmp, self.path)
+            return
+        cached = self.wh.cached_catalog(self.wh.remote.swap(tmp, CATALOG_NAME, version))
+        os.replace(tmp, cached)
+        self._keep_only(cached)
+        self._path = cached
 
     @contextmanager
     def writing(self, on_wait: Callable[[str], None] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-write connection to a private copy of the catalog, swapped
-        in atomically when the block ends without error."""
+        in atomically when the block ends without error. In an object store,
+        the swap is a conditional write, which raises CommitConflict when
+        another writer committed first (``Warehouse.commit`` redoes it)."""
         with self.wh.catalog_lock(on_wait):
             # Copies exist only under this lock: any found now are a killed writer's.
             for stale in self.wh.catalog_copies():
                 stale.unlink(missing_ok=True)
             tmp = self.wh.catalog_copy()
             try:
-                if self.path.exists():
-                    shutil.copyfile(self.path, tmp)
+                version = self._copy(tmp)
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 raise WarehouseError(f"{self.wh}: cannot write the warehouse: {e.strerror or e}") from None
             try:
-                con = duckdb.connect(str(tmp))
+                con = self.wh.attach(duckdb.connect(str(tmp)))
             except duckdb.Error as e:
                 tmp.unlink(missing_ok=True)
                 raise WarehouseError(f"{self.path}: cannot open the catalog: {e}") from None
@@ -207,7 +275,7 @@ class Catalog:
                 con.execute("COMMIT")
                 con.execute("CHECKPOINT")
                 con.close()
-                os.replace(tmp, self.path)
+                self._swap_in(tmp, version)
             except BaseException as e:
                 con.close()
                 tmp.unlink(missing_ok=True)
@@ -325,10 +393,10 @@ class Catalog:
                 "WHERE status = 'ok' AND summaries_fingerprint IS DISTINCT FROM ?", [current]
             ).fetchall()
             for file_id, run, rank, phase, listed, info, source in rows:
-                tables = {t: Path(self.wh.location(key)) for t, key in json.loads(listed or "{}").items()}
                 work = self.wh.staging_path(f"summaries.{file_id}.{os.getpid()}")
                 try:
                     work.mkdir(parents=True, exist_ok=True)
+                    tables = {t: self.wh.local_file(key, work) for t, key in json.loads(listed or "{}").items()}
                     made = summarizer.compute(tables, work, file_id=file_id, run=run, rank=rank, phase=phase,
                                               distributed_info=info)
                     done = summaries.publish(self.wh, made, run, rank, phase, file_id)

@@ -8,6 +8,10 @@ Checks, with no ingest running (the ingest lock is held exclusively):
 - every registered trace's files (and summaries) exist and hold its row counts
   (``event_count``, ``flow_count``, ``counter_count``; read from the Parquet
   footers, so the check is cheap);
+- in a bucket, no ingest killed on any machine left its object in
+  ``.tracedb/ingests/``; while another machine's ingest runs (its object is
+  fresh), orphans are reported but kept: they may be its uploads, not yet
+  committed;
 - nothing is left in the staging area and no temporary catalog copy lies
   around (the names are the warehouse's: warehouse.py).
 
@@ -39,7 +43,7 @@ COUNT_COLUMNS = {"events": "event_count", "flows": "flow_count", "counters": "co
 @dataclass
 class Problem:
     """One thing wrong. ``kind``: orphan_file, missing_file, missing_summary, row_count,
-    unreadable_file, staging_leftover or temp_catalog."""
+    unreadable_file, staging_leftover, temp_catalog or dead_ingest (a bucket's)."""
 
     kind: str
     path: str
@@ -147,6 +151,16 @@ def check(warehouse: Warehouse | str | os.PathLike, repair: bool = False,
             if key not in listed:
                 problems.append(Problem("orphan_file", wh.location(key),
                                         "not part of any registered trace (left by an interrupted ingest)", key=key))
+        running, killed = wh.running_ingests()
+        for key in killed:
+            problems.append(Problem("dead_ingest", wh.location(key), "left in the bucket by an ingest that was killed",
+                                    key=key))
+        if running:
+            # Another machine's ingest uploads before it commits: its objects
+            # look orphan until then, so none is removed meanwhile.
+            for p in problems:
+                if p.kind == "orphan_file":
+                    p.detail += f"; kept while {len(running)} ingest(s) into {wh} run (check again after)"
         for path in sorted(wh.staging.iterdir()) if wh.staging.is_dir() else ():
             problems.append(Problem("staging_leftover", str(path), "left by an interrupted ingest"))
         for path in wh.catalog_copies():
@@ -154,13 +168,14 @@ def check(warehouse: Warehouse | str | os.PathLike, repair: bool = False,
         report.problems = problems
         if repair and problems:
             try:
-                _repair(wh, problems, on_wait)
+                _repair(wh, problems, on_wait, keep_orphans=bool(running))
             except OSError as e:  # e.g. a read-only file system
                 raise WarehouseError(f"{wh}: cannot repair: {e.strerror or e}") from None
     return report
 
 
-def _repair(wh: Warehouse, problems: list[Problem], on_wait: Callable[[str], None] | None) -> None:
+def _repair(wh: Warehouse, problems: list[Problem], on_wait: Callable[[str], None] | None,
+            keep_orphans: bool) -> None:
     temps = [p for p in problems if p.kind == "temp_catalog"]
     if temps:
         with wh.catalog_lock(on_wait):  # no writer has a copy in flight
@@ -172,16 +187,15 @@ def _repair(wh: Warehouse, problems: list[Problem], on_wait: Callable[[str], Non
     # A lost summary is derived data: made again from the trace's events.
     resummarize = sorted({p.summary_of for p in problems if p.summary_of})
     if resummarize:
-        with wh.catalog.writing(on_wait) as con:
-            con.execute("UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)",
-                        [resummarize])
+        wh.commit(lambda con: con.execute(
+            "UPDATE traces SET summaries_fingerprint = NULL WHERE list_contains(?, file_id)", [resummarize]), on_wait)
         wh.catalog.refresh_summaries(on_wait)
     for p in problems:
         if p.file_id:
             p.repaired = "trace unregistered: ingest its file again to redo it"
         elif p.summary_of:
             p.repaired = "recomputed from the events"
-        elif p.kind == "orphan_file":
+        elif p.kind == "dead_ingest" or (p.kind == "orphan_file" and not keep_orphans):
             wh.storage.remove(p.key)
             p.repaired = "removed"
         elif p.kind == "staging_leftover":

@@ -78,7 +78,8 @@ def _warehouse_option(command):
     hotspots -w wh``): every command that opens the warehouse takes it."""
     return click.option("--warehouse", "-w", type=click.Path(file_okay=False), default=None, expose_value=False,
                         callback=_set_warehouse,
-                        help="Warehouse folder, as `tracedb -w DIR COMMAND` takes it (given here, it wins).")(command)
+                        help="Warehouse folder or s3:// URL, as `tracedb -w DIR COMMAND` takes it "
+                             "(given here, it wins).")(command)
 
 
 class _Errors(click.Group):
@@ -94,7 +95,8 @@ class _Errors(click.Group):
 @click.group(cls=_Errors)
 @click.option("--warehouse", "-w", type=click.Path(file_okay=False), envvar=WAREHOUSE_ENV,
               default=DEFAULT_WAREHOUSE, show_default=True,
-              help=f"Warehouse folder (or set {WAREHOUSE_ENV}); also accepted after the command.")
+              help=f"Warehouse folder, or s3://bucket/prefix (docs/storage.md); or set {WAREHOUSE_ENV}. "
+                   "Also accepted after the command.")
 @click.version_option(__version__, prog_name="tracedb")
 @click.pass_context
 def main(ctx: click.Context, warehouse: str) -> None:
@@ -105,6 +107,7 @@ def main(ctx: click.Context, warehouse: str) -> None:
       tracedb -w wh ingest runs/
       tracedb -w wh query hotspots --run v2 --limit 10
       tracedb query hotspots --run v2 -w wh     # -w after the command too
+      tracedb -w s3://traces/team ingest runs/  # a warehouse in a bucket
     """
     ctx.obj = {"warehouse": warehouse}
 
@@ -473,7 +476,7 @@ def serve(ctx, host, port, statement_timeout, max_rows, max_result_mb, max_state
     db = _db(ctx)
 
     def ready(server) -> None:
-        _err(f"Serving {db.warehouse} on {host}:{server.port} (read-only"
+        _err(f"Serving {db.wh} on {host}:{server.port} (read-only"
              f"{', password required' if password else ''}); Ctrl-C stops.")
 
     try:

@@ -51,3 +51,13 @@ class UnknownView(TracedbError):
 
 class QueryError(TracedbError):
     """A query was asked with parameters it does not take, or failed."""
+
+
+class CommitConflict(WarehouseError):
+    """Another writer committed the catalog of an object-store warehouse
+    since this one fetched it: fetch again and redo the change."""
+
+
+class UploadError(WarehouseError):
+    """A file could not be uploaded to the object store (after retries):
+    the trace it belongs to fails, the others go on."""

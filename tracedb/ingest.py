@@ -31,9 +31,9 @@ import duckdb
 import pyarrow as pa
 
 from . import summaries
-from .catalog import Catalog, resource_dir
+from .catalog import resource_dir
 from .discover import TraceFile
-from .errors import TraceFormatError, WarehouseError
+from .errors import TraceFormatError, UploadError, WarehouseError
 from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
 from .parse.values import as_text
 from .store import TraceWriter, cannot_write, write_part
@@ -374,13 +374,19 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
         files = writer.publish(tf.run, tf.rank, tf.phase)
         try:
             summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, file_id)
-        except OSError as e:
+        except (OSError, UploadError) as e:
             for key in files.values():
                 warehouse.storage.remove(key)
+            if isinstance(e, UploadError):
+                raise
             raise cannot_write(warehouse, e) from None
-    except _FILE_ERRORS as e:
-        result.error = str(e) if isinstance(e, TraceFormatError) else (
-            f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}")
+    except (*_FILE_ERRORS, UploadError) as e:
+        if isinstance(e, TraceFormatError):
+            result.error = str(e)
+        elif isinstance(e, UploadError):
+            result.error = f"{tf.path}: {e}"
+        else:
+            result.error = f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}"
         result.seconds = time.perf_counter() - t0
         result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)
         return result
@@ -452,17 +458,16 @@ def _ingest_files(warehouse: Warehouse, files: list[TraceFile], jobs: int,
         in_workers = jobs > 1 and len(pending) > 1
         early = bool(pending) and not catalog.exists() and (
             in_workers or sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES)
-        first = thread.submit(_empty_commit, catalog, on_wait) if early else None
+        first = thread.submit(_empty_commit, warehouse, on_wait) if early else None
         _ingest_pending(warehouse, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _empty_commit(catalog: Catalog, on_wait: Callable[[str], None] | None) -> None:
+def _empty_commit(warehouse: Warehouse, on_wait: Callable[[str], None] | None) -> None:
     """A commit of no traces: the catalog, its migrations and the views."""
     try:
-        with catalog.writing(on_wait):
-            pass
+        warehouse.commit(lambda _con: None, on_wait)
     except WarehouseError:
         pass  # the traces' commit meets the same and says it
 

@@ -80,7 +80,7 @@ class _Page:
         self.runs = runs
         self.base = base
         self.phase = phase
-        self.prefix = f"tracedb -w {shlex.quote(str(db.warehouse))}"
+        self.prefix = f"tracedb -w {shlex.quote(str(db.wh))}"
         self._memo: dict[tuple, tuple[list[str], list[tuple]]] = {}
 
     def select(self, source: str, params: list | None = None, where: str = "",
@@ -554,7 +554,7 @@ def build_page(db: TraceDB, runs: list[str] | None = None, base: str | None = No
     present = {v for (v,) in db.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     missing = sorted(set(NEEDS) - present)
     if missing:
-        raise WarehouseError(f"{db.warehouse}: the catalog has no {', '.join(missing)} (made by an older "
+        raise WarehouseError(f"{db.wh}: the catalog has no {', '.join(missing)} (made by an older "
                              "tracedb); run `tracedb migrate` to re-create the views")
     have = [r for (r,) in db.sql("SELECT DISTINCT run FROM traces WHERE status = 'ok' ORDER BY run").fetchall()]
     for r in [*(runs or []), *([base] if base else [])]:
@@ -584,7 +584,7 @@ def build_page(db: TraceDB, runs: list[str] | None = None, base: str | None = No
 <script>{plotly.offline.get_plotlyjs()}</script>
 </head><body>
 <header><h1>{html.escape(title)}</h1>
-<p class="meta">Warehouse <code>{html.escape(str(db.warehouse))}</code>, made {made}. Hover a chart for its numbers;
+<p class="meta">Warehouse <code>{html.escape(str(db.wh))}</code>, made {made}. Hover a chart for its numbers;
 each chart's table, CSV and <code>tracedb query</code> give them too.</p>
 <nav><ol>{toc}</ol></nav></header>
 <main>

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from .errors import WarehouseError
+from .errors import UploadError, WarehouseError
 from .schema import SCHEMAS
 from .sqltext import sql_list, sql_literal
 from .warehouse import TABLES
@@ -494,9 +494,11 @@ class TraceWriter:
                 if not existed:
                     created.append(key)
                 out[table] = key
-        except OSError as e:
+        except (OSError, UploadError) as e:
             for key in created:  # leave no part of this trace behind
                 storage.remove(key)
+            if isinstance(e, UploadError):
+                raise
             raise WarehouseError(f"{self.warehouse}: cannot publish {self.file_id}: {e.strerror or e}") from None
         return out
 

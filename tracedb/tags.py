@@ -94,10 +94,13 @@ def save(warehouse: Warehouse, tags: dict[str, dict[str, str]],
     ``run_tags`` view then lists them. (Under the ingest lock: the tags
     stage their file, and a check or a starting ingest clears the staging
     area only when no ingest holds it.)"""
-    with warehouse.ingesting(on_wait), warehouse.catalog.writing(on_wait) as con:
+    def change(con: duckdb.DuckDBPyConnection) -> None:
         for run, kv in sorted(tags.items()):
             if kv:
                 _write(warehouse, con, run, kv)
+
+    with warehouse.ingesting(on_wait):
+        warehouse.commit(change, on_wait)
 
 
 def drop(warehouse: Warehouse, run: str, on_wait: Callable[[str], None] | None = None) -> None:
@@ -106,9 +109,11 @@ def drop(warehouse: Warehouse, run: str, on_wait: Callable[[str], None] | None =
     key = warehouse.tags_key(run)
     if not warehouse.storage.exists(key):
         return
-    with warehouse.catalog.writing(on_wait):  # (tags are written under the same lock)
+    def change(_con: duckdb.DuckDBPyConnection) -> None:  # (tags are written under the same lock)
         warehouse.storage.remove(key)
         warehouse.prune((TAGS_DIR,))
+
+    warehouse.commit(change, on_wait)
 
 
 def bind(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> None:

@@ -21,34 +21,60 @@ Every other module asks this one for a path or a name; none builds one.
 Two kinds of files, two interfaces. The published files (the Parquet of
 traces, summaries and tags: what the catalog lists) are named by *key*, a
 '/'-separated path relative to the warehouse, and reached only through a
-``Storage``: here ``LocalStorage``, a folder; an object store (S3) plugs in
-as another implementation of the same few operations. The working files (the
+``Storage``: ``LocalStorage``, a folder, or ``ObjectStorage``
+(objectstore.py) for a warehouse named by a URL. The working files (the
 catalog, its copies, the lock files, the staging area, the server's links)
 are local paths: DuckDB writes its catalog in place, ``flock`` locks a local
 file, and an ingest stages on local disk before it publishes.
 
+A warehouse at a URL (``s3://bucket/prefix``) has the same layout in the
+bucket, the catalog included (``<prefix>/tracedb.duckdb``, the source of
+truth), plus ``.tracedb/ingests/<host>.<pid>.<n>``, an object per running
+ingest (``running_ingests``); its working files are in a folder of each machine
+(``cache_root``)::
+
+    ~/.cache/tracedb/warehouses/<bucket_prefix>-<hash>/
+      tracedb.<version>.duckdb        the bucket's catalog as fetched, by its ETag
+      .tracedb.duckdb.<pid>.<n>.fetch a reader's fetch in progress
+      .tracedb.duckdb.<pid>.tmp  .tracedb.lock  .tracedb.ingest.lock  .staging/  .serve/
+
 The registry of traces is the catalog's ``traces`` table: ``known`` (what is
 ingested), ``register`` (record a group of results in one atomic swap) and
 ``unregister`` (take traces out of the catalog, then their files off the
-storage).
+storage). ``commit`` is the one way to change it: in a bucket, a swap is a
+conditional write, and a writer that another overtook redoes its change.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
+import random
+import re
 import shutil
+import socket
+import threading
 import time
+import uuid
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import IO, TYPE_CHECKING, Callable, Iterator, Protocol, TypeVar
 
-from .errors import WarehouseError
+from .errors import CommitConflict, WarehouseError
+from .objectstore import ObjectStorage
 
 if TYPE_CHECKING:
+    import duckdb
+
     from .catalog import Catalog
+
+T = TypeVar("T")
+# Commits of an object-store warehouse that another writer overtook are
+# redone on the catalog it committed, up to this many times.
+COMMIT_TRIES = 8
 
 OnWait = Callable[[str], None] | None
 
@@ -70,10 +96,36 @@ TAGS_DIR = "run_tags"
 TAGS_FILE = "tags.parquet"
 PARQUET = ".parquet"
 
+# In an object store, where a lock file cannot keep `tracedb check --repair`
+# on one machine from an ingest on another: an object per running ingest,
+# rewritten every INGEST_HEARTBEAT_S. One not rewritten for INGEST_STALE_S
+# is a killed ingest's (debris that --repair removes).
+INGESTS_DIR = ".tracedb/ingests"
+INGEST_HEARTBEAT_S = 30.0
+INGEST_STALE_S = 300.0
 
-def default_root() -> Path:
+
+def default_root() -> str:
     """The warehouse when none is named: $TRACEDB_WAREHOUSE, else ./tracedb."""
-    return Path(os.environ.get(WAREHOUSE_ENV) or DEFAULT_WAREHOUSE)
+    return os.environ.get(WAREHOUSE_ENV) or DEFAULT_WAREHOUSE
+
+
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_url(name: str | os.PathLike) -> bool:
+    """Whether a warehouse name is a URL (s3://bucket/prefix), not a folder."""
+    return isinstance(name, str) and bool(_URL.match(name))
+
+
+def cache_root(url: str) -> Path:
+    """The local working folder of a warehouse at ``url`` on this machine
+    (its catalog's cached copy, locks, staging): under $XDG_CACHE_HOME (else
+    ~/.cache)/tracedb, one per URL and endpoint."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracedb" / "warehouses"
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    digest = hashlib.blake2b(f"{url}\n{endpoint}".encode(), digest_size=6).hexdigest()
+    return base / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', url.partition('://')[2])[:80]}-{digest}"
 
 
 def trace_files(files_json: str | None, summaries_json: str | None) -> list[str]:
@@ -191,8 +243,18 @@ class Warehouse:
     """One warehouse: its layout, locks, storage and registry of traces."""
 
     def __init__(self, root: str | os.PathLike | None = None, storage: Storage | None = None):
-        self.root = Path(root if root is not None else default_root()).expanduser().absolute()
-        self.storage: Storage = storage if storage is not None else LocalStorage(self.root)
+        name = root if root is not None else default_root()
+        self.url: str | None = None
+        if is_url(name):
+            # The published files and the catalog are in the object store;
+            # the working files in a local folder of this machine.
+            remote = ObjectStorage(str(name))
+            self.url = remote.url
+            self.root = cache_root(self.url)
+            self.storage: Storage = storage if storage is not None else remote
+        else:
+            self.root = Path(name).expanduser().absolute()
+            self.storage = storage if storage is not None else LocalStorage(self.root)
         self._catalog: Catalog | None = None
 
     @classmethod
@@ -200,10 +262,22 @@ class Warehouse:
         return warehouse if isinstance(warehouse, Warehouse) else cls(warehouse)
 
     def __str__(self) -> str:
-        return str(self.root)
+        return self.url or str(self.root)
 
     def __repr__(self) -> str:
-        return f"Warehouse({str(self.root)!r})"
+        return f"Warehouse({str(self)!r})"
+
+    @property
+    def remote(self) -> ObjectStorage | None:
+        """The object store of a warehouse at a URL (None for a folder)."""
+        return self.storage if isinstance(self.storage, ObjectStorage) else None
+
+    def attach(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """Let a DuckDB connection read the published files (an object
+        store's through its filesystem); returns it."""
+        if self.remote is not None:
+            self.remote.register(con)
+        return con
 
     # -- local working files -----------------------------------------------
 
@@ -218,6 +292,26 @@ class Warehouse:
     def catalog_copies(self) -> list[Path]:
         """Every catalog copy there is (with their DuckDB WAL files)."""
         return sorted(self.root.glob(f".{CATALOG_NAME}.*.tmp*"))
+
+    def cached_catalog(self, version: str) -> Path:
+        """An object store's catalog at ``version``, fetched to this machine."""
+        return self.root / f"tracedb.{hashlib.blake2b(version.encode(), digest_size=8).hexdigest()}.duckdb"
+
+    def cached_catalogs(self) -> list[Path]:
+        return sorted(self.root.glob("tracedb.*.duckdb"))
+
+    def catalog_fetch_copy(self) -> Path:
+        """Where a reader fetches an object store's catalog to, before it is
+        renamed to its ``cached_catalog``."""
+        return self.root / f".{CATALOG_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.fetch"
+
+    def create_local(self) -> None:
+        """Make this machine's working folder of an object-store warehouse."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise WarehouseError(f"{self.root}: cannot create the working folder of {self}: "
+                                 f"{e.strerror or e}") from None
 
     @property
     def comm_patterns(self) -> Path:
@@ -273,6 +367,21 @@ class Warehouse:
     def location(self, key: str) -> str:
         return self.storage.location(key)
 
+    def local_file(self, key: str, folder: Path) -> Path:
+        """A published file as a local path: where it is in a folder; from
+        an object store, a copy fetched into ``folder``."""
+        if self.remote is None:
+            return Path(self.location(key))
+        dst = folder / key.replace("/", "_")
+        if self.remote.fetch(key, dst) is None:
+            raise FileNotFoundError(errno.ENOENT, "missing from the bucket", self.location(key))
+        return dst
+
+    def published_locations(self) -> list[str]:
+        """The folders (URL prefixes in an object store) of every published
+        file, each with a trailing '/': all that a reader of the views reads."""
+        return [self.location(top) + "/" for top in (*TABLES, SUMMARY_DIR, TAGS_DIR)]
+
     def prune(self, tops: tuple[str, ...] = (*TABLES, SUMMARY_DIR)) -> None:
         """Remove the partition folders that no file is left in, under the
         tables and summaries (or ``tops``). With no ingest running only
@@ -284,12 +393,18 @@ class Warehouse:
     # -- the folder itself ---------------------------------------------------
 
     def is_warehouse(self) -> bool:
-        """Whether the folder holds anything a warehouse has."""
+        """Whether the folder holds anything a warehouse has (a bucket: the catalog)."""
+        if self.remote is not None:
+            return self.remote.exists(CATALOG_NAME)
         marks = (CATALOG_NAME, *TABLES, SUMMARY_DIR, STAGING, LOCK_NAME, INGEST_LOCK_NAME)
         return self.root.is_dir() and any((self.root / m).exists() for m in marks)
 
     def check_target(self) -> None:
-        """Refuse to write into a folder that is not a warehouse, or not a folder."""
+        """Refuse to write into a folder that is not a warehouse, or not a
+        folder; a bucket that cannot be reached."""
+        if self.remote is not None:
+            self.remote.check_access()
+            return
         w = self.root
         if w.exists() and not w.is_dir():
             raise WarehouseError(f"{w}: exists and is not a folder")
@@ -301,7 +416,10 @@ class Warehouse:
             raise WarehouseError(f"{w}: exists and is not a tracedb warehouse; choose another --warehouse")
 
     def create(self) -> None:
-        """Make the folder (if need be); raise unless it can be written."""
+        """Make the folder (if need be); raise unless it can be written. For
+        an object store: this machine's working folder, and the bucket must be there."""
+        if self.remote is not None:
+            self.remote.check_access()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -316,8 +434,44 @@ class Warehouse:
         side while a check or remove (``exclusive``) waits. First, when no
         other ingest or check runs, clears the staging leftovers of killed
         ingests."""
-        return _flock(self.root / INGEST_LOCK_NAME, fcntl.LOCK_SH, on_wait,
+        lock = _flock(self.root / INGEST_LOCK_NAME, fcntl.LOCK_SH, on_wait,
                       f"waiting for `tracedb check` on {self.root} to finish", when_alone=self.clear_staging)
+        return lock if self.remote is None else self._announced(lock)
+
+    @contextmanager
+    def _announced(self, lock: AbstractContextManager[None]) -> Iterator[None]:
+        """Hold ``lock`` and, for the block, keep an object of this ingest in
+        the bucket (``running_ingests``), rewritten on a thread."""
+        key = f"{INGESTS_DIR}/{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode()
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(INGEST_HEARTBEAT_S):
+                try:
+                    self.storage.write(key, body)
+                except WarehouseError:
+                    pass  # the store is unreachable for now; the ingest's own calls say so
+
+        with lock:
+            self.storage.write(key, body)
+            beating = threading.Thread(target=beat, name="tracedb-ingest-heartbeat", daemon=True)
+            beating.start()
+            try:
+                yield
+            finally:
+                done.set()
+                beating.join()
+                self.storage.remove(key)
+
+    def running_ingests(self) -> tuple[list[str], list[str]]:
+        """In an object store: the keys of the ingests running (on any
+        machine), and of those killed (not rewritten for INGEST_STALE_S)."""
+        if self.remote is None:
+            return [], []
+        ages = self.remote.ages(INGESTS_DIR)
+        return ([k for k, age in ages.items() if age < INGEST_STALE_S],
+                [k for k, age in ages.items() if age >= INGEST_STALE_S])
 
     def exclusive(self, on_wait: OnWait = None) -> AbstractContextManager[None]:
         """Held by ``tracedb check`` and ``remove``: no ingest runs meanwhile
@@ -395,9 +549,26 @@ class Warehouse:
                         self.storage.remove(key)
             raise
 
+    def commit(self, change: Callable[[duckdb.DuckDBPyConnection], T], on_wait: OnWait = None) -> T:
+        """Run ``change`` on a writable copy of the catalog and swap it in
+        (``Catalog.writing``); returns what ``change`` returned. In an object
+        store another writer may commit first: the change is then redone on
+        the catalog it committed, so ``change`` must be safe to run again."""
+        for attempt in range(1, COMMIT_TRIES + 1):
+            try:
+                with self.catalog.writing(on_wait) as con:
+                    return change(con)
+            except CommitConflict:
+                if attempt == COMMIT_TRIES:
+                    raise
+                if on_wait and attempt == 1:
+                    on_wait(f"another writer committed to {self} meanwhile: committing again")
+                time.sleep(random.uniform(0.05, 0.3) * attempt)
+        raise AssertionError("unreachable")
+
     def _register(self, rows: list[dict], on_wait: OnWait) -> None:
-        redundant: list[str] = []
-        with self.catalog.writing(on_wait) as con:
+        def change(con: duckdb.DuckDBPyConnection) -> list[str]:
+            redundant: list[str] = []
             cols = [c for (c,) in con.execute(
                 "SELECT column_name FROM duckdb_columns() WHERE table_name = 'traces' ORDER BY column_index"
             ).fetchall()]
@@ -416,9 +587,11 @@ class Warehouse:
                 con.execute("DELETE FROM traces WHERE source_path = ? AND status = 'failed'", [row["source_path"]])
                 con.execute(f"INSERT INTO traces ({', '.join(cols)}) VALUES ({placeholders})",
                             [row.get(c) for c in cols])
+            return redundant
+
         # A copy published under another run/rank/phase than the registered one
         # would be an orphan: it goes once the catalog no longer could list it.
-        for key in redundant:
+        for key in self.commit(change, on_wait):
             self.storage.remove(key)
 
     def unregister(self, file_ids: list[str], on_wait: OnWait = None) -> int:
@@ -429,10 +602,13 @@ class Warehouse:
         removes. The caller holds ``exclusive``."""
         if not file_ids:
             return 0
-        with self.catalog.writing(on_wait) as con:
+        def change(con: duckdb.DuckDBPyConnection) -> list[tuple]:
             files = con.execute("SELECT files, summaries FROM traces WHERE list_contains(?, file_id)",
                                 [file_ids]).fetchall()
             con.execute("DELETE FROM traces WHERE list_contains(?, file_id)", [file_ids])
+            return files
+
+        files = self.commit(change, on_wait)
         for files_json, summaries_json in files:
             for key in trace_files(files_json, summaries_json):
                 self.storage.remove(key)

@@ -60,11 +60,13 @@ def private_copy(catalog_path: Path, private_dir: Path, generation: int) -> Path
 
 
 def open_catalog(catalog_path: Path, readable: list[str], *, temp_dir: Path | None = None,
-                 memory_limit: str = "2GB", threads: int = 2) -> duckdb.DuckDBPyConnection:
+                 memory_limit: str = "2GB", threads: int = 2, filesystem=None) -> duckdb.DuckDBPyConnection:
     """Open ``catalog_path`` read-only, allowed to read files under ``readable`` only.
 
     The settings are global to the returned database instance and locked,
-    so every ``cursor()`` of it is sandboxed the same way.
+    so every ``cursor()`` of it is sandboxed the same way. A warehouse in an
+    object store is read through ``filesystem`` (fsspec, registered before
+    the lock), its ``readable`` being URL prefixes (``s3://bucket/prefix/events/``).
     """
     try:
         db = duckdb.connect(str(catalog_path), read_only=True, config={"custom_user_agent": "tracedb-serve"})
@@ -79,6 +81,8 @@ def open_catalog(catalog_path: Path, readable: list[str], *, temp_dir: Path | No
         db.execute("SET autoinstall_known_extensions = false")
         db.execute("SET autoload_known_extensions = false")
         db.execute("SET allow_community_extensions = false")
+        if filesystem is not None:
+            db.register_filesystem(filesystem)
         db.execute(f"SET allowed_directories = [{', '.join(sql_literal(d) for d in readable)}]")
         db.execute("SET enable_external_access = false")
         db.execute("SET lock_configuration = true")

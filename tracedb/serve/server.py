@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -35,6 +36,19 @@ from tracedb.views import set_search_path
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class RemoteCatalog:
+    """A warehouse in an object store, as the server reads it: ``fetch``
+    returns the local copy of the catalog's current version (asked every
+    ``every_s``), ``filesystem`` (fsspec) reads the bucket, and only the
+    URL prefixes ``readable`` may be read."""
+
+    fetch: Callable[[], Path]
+    filesystem: Any
+    readable: list[str]
+    every_s: float = 5.0
 
 
 def _is_loopback(host: str) -> bool:
@@ -109,10 +123,12 @@ class Server:
     errors of clients and queries never escape.
     """
 
-    def __init__(self, catalog_path: Path, warehouse: Path, config: ServeConfig = ServeConfig()) -> None:
+    def __init__(self, catalog_path: Path, warehouse: Path, config: ServeConfig = ServeConfig(), *,
+                 remote: RemoteCatalog | None = None) -> None:
         self.catalog_path = Path(catalog_path).absolute()
         self.warehouse = Path(warehouse).absolute()
         self.config = config
+        self.remote = remote
         if not self.catalog_path.is_file():
             raise ServeError(f"catalog {self.catalog_path} does not exist")
         if not self.warehouse.is_dir():
@@ -219,6 +235,9 @@ class Server:
         self._stopping.clear()
         self._reaper = threading.Thread(target=self._reap, name="tracedb-serve-reaper", daemon=True)
         self._reaper.start()
+        if self.remote is not None:
+            # Not confined: it writes the fetched catalog to this machine's cache.
+            threading.Thread(target=self._follow_remote, name="tracedb-serve-fetch", daemon=True).start()
 
     def _close_private(self) -> None:
         if self._db is not None:
@@ -302,6 +321,16 @@ class Server:
         for old in evicted:
             old.close()
 
+    def _follow_remote(self) -> None:
+        """Fetch an object store's catalog when the bucket holds a newer
+        version: the next session opens it as a new generation."""
+        assert self.remote is not None
+        while not self._stopping.wait(self.remote.every_s):
+            try:
+                self.catalog_path = self.remote.fetch()
+            except Exception as e:  # noqa: BLE001 - the store is unreachable for now: serve what we have
+                log.warning("cannot fetch the catalog: %s", e)
+
     def _reap(self) -> None:
         """Close connections whose start-up and authentication outlast ``auth_timeout_s``."""
         while not self._stopping.wait(0.25):
@@ -352,8 +381,10 @@ class Server:
         self._generations += 1
         copy = private_copy(self.catalog_path, self.private_dir, self._generations)
         try:
-            db = open_catalog(copy, data_directories(self.warehouse), temp_dir=self.private_dir / "tmp",
-                              memory_limit=self.config.memory_limit, threads=self.config.threads)
+            readable = self.remote.readable if self.remote is not None else data_directories(self.warehouse)
+            db = open_catalog(copy, readable, temp_dir=self.private_dir / "tmp",
+                              memory_limit=self.config.memory_limit, threads=self.config.threads,
+                              filesystem=self.remote.filesystem if self.remote is not None else None)
         finally:
             copy.unlink(missing_ok=True)
         self._generation = (st.st_ino, st.st_mtime_ns)
