@@ -26,7 +26,6 @@ import hashlib
 import re
 import shutil
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +76,27 @@ def worth_a_table(v: ViewDef) -> bool:
     again (int_timed_ops, on a 69 MB trace: 0.12 s to copy)."""
     body = re.sub(r"--[^\n]*", "", v.sql)
     return v.kind == "view" and v.layer == "intermediate" and _WORK_RE.search(body) is not None
+
+
+def to_tables(needed: list[ViewDef]) -> list[str]:
+    """Which of ``needed`` (in dependency order) the summaries of one trace
+    compute once, as tables: those worth a table that would otherwise run
+    more than once. A per-trace view runs once, for its COPY; a view runs
+    once for each run of a view that reads it, unless that reader is a
+    table (read from then on). So a projection read by three views
+    (int_launch_steps) makes the view it projects (int_launch_calls) run
+    three times, and that one becomes the table."""
+    by_name = {v.name: v for v in needed}
+    runs = {v.name: int(v.per_trace) for v in needed}
+    tables: list[str] = []
+    for v in reversed(needed):
+        if runs[v.name] > 1 and worth_a_table(v):
+            tables.append(v.name)
+            runs[v.name] = 1
+        for dep in v.requires:
+            if dep in by_name:
+                runs[dep] += runs[v.name]
+    return tables[::-1]
 
 
 def fingerprint(defs: list[ViewDef], warehouse: Warehouse) -> str:
@@ -158,19 +178,17 @@ class Summarizer:
             self.fingerprint = fingerprint(self.defs, self.warehouse)
             load_comm_patterns(con, self.warehouse.comm_patterns)
             needed = requirements(self.defs, [v.name for v in per_trace(self.defs)])
-            # Over one trace, an intermediate view read by two others that joins,
-            # groups or windows (steps, event steps, launch calls) is computed
-            # once, as a table. The rest stay views: staging views and unions or
-            # projections (int_timed_ops, int_launch_steps) are cheaper to re-read
-            # than to copy, and a per-trace view is read once, by its COPY.
-            # Such a table's view is kept as <name>__src; a trace's table takes its name.
-            readers = Counter(dep for v in needed for dep in v.requires)
+            # Over one trace, an intermediate view that joins, groups or windows
+            # and would run more than once (tables()) is computed once, as a
+            # table; such a view is kept as <name>__src, and a trace's table
+            # takes its name.
+            tables = set(to_tables(needed))
             for v in needed:
                 try:
                     con.execute(v.sql)
                 except duckdb.Error as e:
                     raise ViewError(f"{v.path}: {e}") from None
-                if readers[v.name] > 1 and worth_a_table(v):
+                if v.name in tables:
                     con.execute(f"ALTER VIEW {v.name} RENAME TO {v.name}__src")
                     con.execute(f"CREATE VIEW {v.name} AS SELECT * FROM {v.name}__src")  # for the readers to bind
                     self._tables.append(v.name)
