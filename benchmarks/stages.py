@@ -21,7 +21,7 @@ from pathlib import Path
 # Arrow's allocator as `tracedb ingest` sets it (cli.py), before pyarrow loads.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-from tracedb import ingest, summaries  # noqa: E402
+from tracedb import fileid, ingest, summaries  # noqa: E402
 from tracedb.catalog import resource_dir  # noqa: E402
 from tracedb.views import load_view_files  # noqa: E402
 from tracedb.warehouse import Warehouse  # noqa: E402
@@ -71,7 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
         wh = Warehouse(tmp)
         steps = Steps()
-        file_id = steps.run("hash", ingest.hash_file, args.trace)
+        file_id = steps.run("hash", fileid.content_ids, args.trace)[0]
         # The fast path with workers, as ingest takes it for a large trace alone.
         # (Ingest overlaps the hash with the parse; here each is on its own.)
         meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers)

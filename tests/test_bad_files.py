@@ -19,6 +19,7 @@ import tracedb
 from conftest import CORPUS, write_trace
 from oracle import expected_counts
 from tracedb.cli import main
+from tracedb.parse import source
 
 GOOD1 = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 100 * i, "dur": 40}
          for i in range(30)] + [{"ph": "C", "name": "mem", "pid": 1, "ts": 5, "args": {"a": 1}}]
@@ -102,3 +103,42 @@ def test_usage_errors_exit_2(tmp_path: Path):
     assert res.exit_code == 2
     res = CliRunner().invoke(main, ["-w", str(tmp_path / "wh"), "check", "--bogus"])
     assert res.exit_code == 2
+
+
+# -- gzip: ISA-L's igzip where isal is installed, else zlib; the same errors --
+
+
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch) -> str:
+    if request.param == "zlib":
+        monkeypatch.setattr(source, "igzip", None)
+    return request.param
+
+
+def test_gzip_either_inflater_reads_and_fails_alike(inflater: str, tmp_path: Path):
+    d = tmp_path / "runs" / "v1"
+    d.mkdir(parents=True)
+    full = json.dumps({"traceEvents": GOOD1 * 40}, indent=1).encode()
+    packed = gzip.compress(full)
+    (d / "good.json.gz").write_bytes(packed)
+    (d / "truncated.json.gz").write_bytes(packed[: len(packed) // 2])
+    bad_block = bytearray(packed)
+    bad_block[10] = 0xFF  # the first deflate block's header: type 3, which does not exist
+    (d / "bad_block.json.gz").write_bytes(bytes(bad_block))
+    bad_crc = bytearray(packed)
+    bad_crc[-8] ^= 0xFF  # the trailer's CRC-32 of the data
+    (d / "bad_crc.json.gz").write_bytes(bytes(bad_crc))
+    with source.open_trace(d / "good.json.gz") as f:
+        assert (type(f).__module__.startswith("isal"), f.read()) == (inflater == "isal", full)
+
+    wh = tmp_path / "wh"
+    res = CliRunner().invoke(main, ["-w", str(wh), "ingest", str(d.parent)])
+    assert res.exit_code == 1
+    errors = sorted(line for line in res.stderr.splitlines() if line.startswith("Error:"))
+    assert len(errors) == 3
+    says = {"bad_block.json.gz": "corrupt gzip: ", "bad_crc.json.gz": "corrupt gzip: ",
+            "truncated.json.gz": "truncated gzip: the compressed stream ends early"}
+    for line, (name, what) in zip(errors, sorted(says.items())):
+        assert line.startswith(f"Error: {d / name} ") and what in line, line
+    db = tracedb.open(wh)
+    assert db.sql("SELECT count(*) FROM events").fetchall() == [(expected_counts(GOOD1 * 40)["events"],)]

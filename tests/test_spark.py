@@ -9,7 +9,6 @@ v1 and v2 (2 ranks each, CPU, gloo) and the H200 fixtures as runs cuda_v1
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import shutil
@@ -17,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import xxhash
 from click.testing import CliRunner
 
 pytest.importorskip("pyspark")
@@ -182,7 +182,7 @@ def test_spark_ingest_same_rows_as_local(spark_ingest, wh_local, runs):
         local = db.sql(f"SELECT {_ROW_COLUMNS} FROM traces ORDER BY file_id").fetchall()
     assert on_spark == local
     # The file ids are the files' content hashes (computed here, apart).
-    expected = {hashlib.blake2b(p.read_bytes(), digest_size=16).hexdigest()
+    expected = {"xxh3-" + xxhash.xxh3_128(p.read_bytes()).hexdigest()
                 for p in runs.rglob("*.json*") if p.name != Path(BAD).name}
     assert {r[0] for r in on_spark if r[4] == "ok"} == expected
 

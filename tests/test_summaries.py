@@ -258,3 +258,27 @@ def test_running_out_of_memory_is_the_traces_failure_not_the_librarys(tmp_path: 
     with pytest.raises(duckdb.OutOfMemoryException):
         summaries.compute(Warehouse(wh), load_view_files(resource_dir("queries")), tables, out, file_id=file_id, run="fx",
                           rank=0, phase="default", distributed_info=None, threads=2, memory_limit="1KB")
+
+
+def _view(name: str, sql: str, requires: list[str], layer: str = "intermediate", per_trace: bool = False):
+    from tracedb.views import ViewDef
+    return ViewDef(name=name, layer=layer, kind="view", path=Path(f"{name}.sql"), sql=sql, description="",
+                   requires=requires, per_trace=per_trace)
+
+
+def test_tables_over_one_trace_are_the_joins_that_would_run_twice():
+    from tracedb.summaries import to_tables
+    join = "SELECT * FROM a JOIN b USING (x)"
+    needed = [
+        _view("stg", "SELECT * FROM raw WHERE x > 0", [], layer="staging"),
+        _view("calls", join, ["stg"]),  # read through `steps` by three views: a table
+        _view("steps", "-- no JOIN here\nSELECT x, step FROM calls", ["calls"]),  # a projection: a view
+        _view("union", "SELECT x FROM stg UNION ALL SELECT x FROM stg", ["stg"]),  # read twice, but a union
+        _view("once", join, ["stg"]),  # read once: a view
+        _view("sums1", "SELECT x, count(*) FROM steps GROUP BY x", ["steps", "union"], per_trace=True),
+        _view("sums2", "SELECT x, count(*) FROM steps GROUP BY x", ["steps", "union", "once"], per_trace=True),
+        _view("sums3", join, ["steps"], per_trace=True),
+        _view("sums4", "SELECT * FROM sums3", ["sums3"], per_trace=True),
+    ]
+    # sums3 runs for its COPY and for sums4's.
+    assert to_tables(needed) == ["calls", "sums3"]

@@ -136,7 +136,7 @@ RAW_COLUMN_DOCS = {
     "run": "Run (version) the trace belongs to.",
     "rank": "Rank of the trace (distributedInfo.rank, else from the file name, else 0).",
     "phase": "Phase: train, prefill, decode, ... or the folder name.",
-    "file_id": "Content hash of the trace file; joins to traces.file_id.",
+    "file_id": "Content hash of the trace file (xxh3-...); joins to traces.file_id.",
     "event_id": "Index of the event in its file (0-based).",
     "ts_ns": "Start time, nanoseconds (epoch when the trace has absolute times or baseTimeNanoseconds).",
     "dur_ns": "Duration, nanoseconds; NULL for instants and unmatched B/E.",

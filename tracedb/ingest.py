@@ -1,8 +1,8 @@
 """Ingest: discovered files -> parse -> Parquet -> catalog, one file at a time
 (or ``jobs`` at a time in worker processes).
 
-Each file is hashed; a file whose content is already in the warehouse is
-skipped (a file with the same path, size and mtime as an ingested one is
+Each file is hashed (its id, fileid.py); a file whose content is already in
+the warehouse is skipped (a file with the same path, size and mtime as an ingested one is
 skipped without hashing). A large file parsed by worker processes is hashed
 on a thread while its parse starts; the parse stops if the hash says skip.
 A file that fails is recorded in ``traces`` with its error and never stops
@@ -34,6 +34,7 @@ from . import summaries
 from .catalog import resource_dir
 from .discover import TraceFile
 from .errors import TraceFormatError, UploadError, WarehouseError
+from .fileid import content_ids, has_legacy
 from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
 from .parse.values import as_text
 from .store import TraceWriter, cannot_write, write_part
@@ -113,15 +114,6 @@ class IngestReport:
         return (f"Ingested {len(self.ingested)} file(s): {self.event_count:,} events, "
                 f"{self.bytes / 1e6:,.1f} MB in {self.seconds:.1f} s ({self.mb_per_s:,.1f} MB/s); "
                 f"skipped {len(self.skipped)} already ingested; {len(self.failed)} failed.")
-
-
-def hash_file(path: Path) -> str:
-    """Content hash of the file as stored: the trace's file_id."""
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _row(tf: TraceFile, file_id: str, status: str, error: str | None, meta=None,
@@ -305,7 +297,7 @@ def _stage_while_hashing(tf: TraceFile, warehouse: Warehouse, hashed: Future, kn
     the caller to raise once the hash is in), or None when the hash says
     the file is known or cannot be read (nothing it staged is kept)."""
     def stop() -> bool:
-        return hashed.done() and (hashed.exception() is not None or hashed.result() in known_ids)
+        return hashed.done() and (hashed.exception() is not None or not known_ids.isdisjoint(hashed.result()))
 
     if not _workers_worthy(tf):
         workers = 1
@@ -339,23 +331,26 @@ def new_summarizer(warehouse: Warehouse, threads: int) -> summaries.Summarizer:
 def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summarizer,
                 known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1) -> FileResult:
     """Parse, write and publish one file (not yet registered in the catalog).
-    A large file is parsed by ``workers`` processes while it is hashed."""
+    A large file is parsed by ``workers`` processes while it is hashed.
+    A file whose content ``known_ids`` holds under its id (or under its
+    BLAKE2b id, in a warehouse made before xxh3) is skipped."""
     t0 = time.perf_counter()
     result = FileResult(path=str(tf.path), run=tf.run, rank=tf.rank, phase=tf.phase,
                         status="failed", bytes=tf.size_bytes)
     with ThreadPoolExecutor(max_workers=1) as hasher:
-        hashed = hasher.submit(hash_file, tf.path)
+        hashed = hasher.submit(content_ids, tf.path, has_legacy(known_ids))
         staged = _stage_while_hashing(tf, warehouse, hashed, known_ids, workers)
     try:
-        file_id = hashed.result()
+        ids = hashed.result()
     except OSError as e:
         file_id = "unreadable-" + hashlib.blake2b(str(tf.path).encode(), digest_size=8).hexdigest()
         result.file_id = file_id
         result.error = f"{tf.path}: cannot read: {e.strerror or e}"
         result.row = _row(tf, file_id, "failed", result.error)
         return result
-    result.file_id = file_id
-    if file_id in known_ids:
+    known = [i for i in ids if i in known_ids]
+    file_id = result.file_id = known[0] if known else ids[0]
+    if known:
         result.status = "skipped"
         return result
     writer: TraceWriter | None = None

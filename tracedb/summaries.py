@@ -23,9 +23,9 @@ until ``tracedb migrate`` recomputes the stale summaries (``refresh``).
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,41 @@ def requirements(defs: list[ViewDef], names: list[str]) -> list[ViewDef]:
             needed.add(name)
             todo += by_name[name].requires
     return [v for v in defs if v.name in needed]
+
+
+# SQL that does work per row read: a view without any of it is a filter, a
+# projection or a union of what it reads.
+_WORK_RE = re.compile(r"\b(JOIN|GROUP\s+BY|OVER|QUALIFY|DISTINCT|unnest)\b", re.IGNORECASE)
+
+
+def worth_a_table(v: ViewDef) -> bool:
+    """Whether ``v``, read by several views over one trace, is computed once
+    as a table: an intermediate view that joins, groups or windows. A
+    projection or a union of the events costs more to copy than to read
+    again (int_timed_ops, on a 69 MB trace: 0.12 s to copy)."""
+    body = re.sub(r"--[^\n]*", "", v.sql)
+    return v.kind == "view" and v.layer == "intermediate" and _WORK_RE.search(body) is not None
+
+
+def to_tables(needed: list[ViewDef]) -> list[str]:
+    """Which of ``needed`` (in dependency order) the summaries of one trace
+    compute once, as tables: those worth a table that would otherwise run
+    more than once. A per-trace view runs once, for its COPY; a view runs
+    once for each run of a view that reads it, unless that reader is a
+    table (read from then on). So a projection read by three views
+    (int_launch_steps) makes the view it projects (int_launch_calls) run
+    three times, and that one becomes the table."""
+    by_name = {v.name: v for v in needed}
+    runs = {v.name: int(v.per_trace) for v in needed}
+    tables: list[str] = []
+    for v in reversed(needed):
+        if runs[v.name] > 1 and worth_a_table(v):
+            tables.append(v.name)
+            runs[v.name] = 1
+        for dep in v.requires:
+            if dep in by_name:
+                runs[dep] += runs[v.name]
+    return tables[::-1]
 
 
 def fingerprint(defs: list[ViewDef], warehouse: Warehouse) -> str:
@@ -143,17 +178,17 @@ class Summarizer:
             self.fingerprint = fingerprint(self.defs, self.warehouse)
             load_comm_patterns(con, self.warehouse.comm_patterns)
             needed = requirements(self.defs, [v.name for v in per_trace(self.defs)])
-            # Over one trace, an intermediate view read by two others (launch
-            # calls, steps, op steps) is computed once, as a table; the rest stay
-            # views (staging views are filters, cheaper to re-read than to copy).
-            # Such a view is kept as <name>__src; a trace's table takes its name.
-            readers = Counter(dep for v in needed for dep in v.requires)
+            # Over one trace, an intermediate view that joins, groups or windows
+            # and would run more than once (tables()) is computed once, as a
+            # table; such a view is kept as <name>__src, and a trace's table
+            # takes its name.
+            tables = set(to_tables(needed))
             for v in needed:
                 try:
                     con.execute(v.sql)
                 except duckdb.Error as e:
                     raise ViewError(f"{v.path}: {e}") from None
-                if v.kind == "view" and v.layer == "intermediate" and (readers[v.name] > 1 or v.per_trace):
+                if v.name in tables:
                     con.execute(f"ALTER VIEW {v.name} RENAME TO {v.name}__src")
                     con.execute(f"CREATE VIEW {v.name} AS SELECT * FROM {v.name}__src")  # for the readers to bind
                     self._tables.append(v.name)

@@ -26,7 +26,6 @@ import io
 import json
 import re
 import sys
-import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
@@ -37,7 +36,7 @@ import pyarrow as pa
 
 from ..schema import ARG_COLUMNS, EVENT_SCHEMA, FLOW_SCHEMA
 from .reader import TraceMeta, TraceParser, drop_bad_span, value_warnings
-from .source import BOM, is_gzip, open_trace
+from .source import BOM, READ_ERRORS, is_gzip, open_trace
 
 try:
     from . import _fastparse
@@ -112,7 +111,7 @@ def _read(f: io.BufferedIOBase, n: int) -> bytes:
     says where and what, in the file's error."""
     try:
         return f.read(n)
-    except (OSError, EOFError, zlib.error) as e:
+    except READ_ERRORS as e:
         raise NotSplittable(f"cannot read: {e}") from None
 
 

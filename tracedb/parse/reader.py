@@ -24,12 +24,10 @@ This module knows nothing of DuckDB, Parquet or click.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
 import sys
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +40,7 @@ import pyarrow.compute as pc
 from ..errors import TraceFormatError
 from ..schema import COUNTER_SCHEMA, EVENT_SCHEMA, FLOW_SCHEMA
 from .lenient import LenientReader, describe
-from .source import BOM, first_byte, open_trace
+from .source import BOM, CORRUPT_GZIP, READ_ERRORS, first_byte, open_trace
 from .values import (ARG_CONVERTERS, FLOW_PHASES, INT64_MAX, INT64_MIN, SURROGATE, TIME_LIMIT_NS, as_float,
                      as_int, as_text, dump_args, id_text, jsonable, to_ns, without_surrogates)
 
@@ -228,7 +226,7 @@ class TraceParser:
             raise self._error("empty file", "byte 0")
         try:
             first = first_byte(self.path)
-        except (OSError, EOFError, zlib.error) as e:
+        except READ_ERRORS as e:
             raise self._error(f"corrupt gzip: {_short(e)}", "byte 0") from None
         if first == b"[":
             self.meta.form = "array"
@@ -296,7 +294,7 @@ class TraceParser:
             # The main pass reports the error with its position (or reads
             # past a lone surrogate escape with the tolerant reader).
             return
-        except (OSError, EOFError, zlib.error):
+        except READ_ERRORS:
             return
         self._has_events_key = found
 
@@ -383,7 +381,7 @@ class TraceParser:
         except EOFError:
             raise self._error("truncated gzip: the compressed stream ends early",
                               f"byte {src.offset}, event {index}") from None
-        except (zlib.error, gzip.BadGzipFile) as e:
+        except CORRUPT_GZIP as e:
             raise self._error(f"corrupt gzip: {_short(e)}", f"byte {src.offset}, event {index}") from None
         if why is not None:
             index = yield from self._read_lenient(index, why)
@@ -421,7 +419,7 @@ class TraceParser:
         except EOFError:
             raise self._error("truncated gzip: the compressed stream ends early",
                               f"byte {reader.offset()}, event {reader.index}") from None
-        except (zlib.error, gzip.BadGzipFile) as e:
+        except CORRUPT_GZIP as e:
             raise self._error(f"corrupt gzip: {_short(e)}",
                               f"byte {reader.offset()}, event {reader.index}") from None
         except RecursionError:

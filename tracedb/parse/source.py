@@ -1,21 +1,42 @@
 """The one opener of trace files: the bytes of a file, decompressed when it
-is gzip (by its magic bytes, not its name)."""
+is gzip (by its magic bytes, not its name).
+
+gzip is inflated by ISA-L's igzip (the ``isal`` package) when it is
+installed: about 3.5x faster than the standard library's zlib (a 69 MB trace
+compressed 12x: 0.03 s CPU against 0.10), else by ``gzip``. Both raise the
+same kinds of error for a bad file: ``EOFError`` when the compressed stream
+ends early (truncated), one of ``CORRUPT_GZIP`` when it is corrupt."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from pathlib import Path
 
+try:
+    from isal import igzip
+    from isal.isal_zlib import error as _isal_error
+except ImportError:  # the standard library's inflater
+    igzip = None
+    _isal_error = zlib.error
+
 BOM = b"\xef\xbb\xbf"
+# What reading a corrupt gzip raises (a bad CRC or length: BadGzipFile).
+CORRUPT_GZIP: tuple[type[Exception], ...] = (zlib.error, _isal_error, gzip.BadGzipFile)
+# What reading a trace's bytes can raise besides its content's errors.
+READ_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, *CORRUPT_GZIP)
 
 
 def open_trace(path: str | Path) -> io.BufferedIOBase:
-    """A binary stream of the trace's JSON: ``gzip.GzipFile`` when the file
-    is gzip, the plain file otherwise. Raises OSError when it cannot be opened."""
+    """A binary stream of the trace's JSON: a ``gzip.GzipFile`` (igzip's
+    where isal is installed) when the file is gzip, the plain file
+    otherwise. Raises OSError when it cannot be opened."""
     with open(path, "rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b":
+        if igzip is not None:
+            return igzip.open(path, "rb")  # type: ignore[return-value]
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
 
