@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ATTN_SLEEP_S = 0.002  # per attn(F) iteration: v1 (slow_factor 1) 2 ms, v2 (4) 8 ms
+ATTN_SLEEP_S = 0.01  # per attn(F) iteration: v1 (slow_factor 1) 10 ms, v2 (4) 40 ms
 
 
 def _free_port() -> int:
