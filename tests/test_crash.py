@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,18 @@ def kill_at(cmd: list[str], seconds: float) -> int | None:
         return None
 
 
+def kill_midway(cmd: list[str], wh: Path, seconds: float) -> None:
+    """SIGKILL cmd after `seconds`. The reference run's time was taken on a
+    machine that may have been busier (tests run in parallel): when the
+    ingest ends first, empty the warehouse and start over with half the time."""
+    for _ in range(4):
+        if kill_at(cmd, seconds) is None:
+            return
+        shutil.rmtree(wh, ignore_errors=True)
+        seconds /= 2
+    pytest.fail(f"the ingest ended before {seconds * 2:.2f} s four times")
+
+
 @pytest.fixture(scope="module")
 def six(tmp_path_factory) -> tuple[Path, dict, float]:
     """Six traces, their expected counts, and the time of an uninterrupted ingest."""
@@ -108,8 +121,7 @@ def six(tmp_path_factory) -> tuple[Path, dict, float]:
 def test_kill_9_then_ingest_again(six, tmp_path: Path, fraction: float):
     root, expected, seconds = six
     wh = tmp_path / "wh"
-    finished = kill_at(ingest_cmd(wh, root), fraction * seconds)
-    assert finished is None, f"the ingest ended before {fraction:.0%} of a full run"
+    kill_midway(ingest_cmd(wh, root), wh, fraction * seconds)
     visible = assert_only_whole_traces(wh)
     if wh.exists():
         # nothing registered is broken; what the kill left is invisible debris
