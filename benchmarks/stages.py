@@ -1,12 +1,14 @@
 """Where one trace's ingest time goes: hash, parse, finalize, summaries.
 
-    python benchmarks/stages.py TRACE [--workers 2]
+    python benchmarks/stages.py TRACE [--workers 2] [--statements 3]
 
 Runs the steps of ``tracedb.ingest.ingest_file`` one after the other on a
 throwaway warehouse and prints, per step, wall seconds, CPU seconds (this
 process, and the parse workers) and this process's peak RSS during the step
 (Linux: /proc; the workers' memory is not in it). bench.py measures the
-whole; this says which part to work on.
+whole; this says which part to work on. ``--statements N`` then computes
+the summaries N more times over the same files and prints each statement's
+median CPU seconds, largest first.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -66,6 +70,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", type=Path)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parse workers (default: cores)")
+    ap.add_argument("--statements", type=int, default=0, metavar="N",
+                    help="then compute the summaries N times more, CPU seconds per statement")
     args = ap.parse_args()
     threads = max(1, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
@@ -78,10 +84,43 @@ def main() -> None:
         writer.file_id = file_id
         steps.run("finalize", writer.finalize, meta.base_time_ns or 0, threads=threads)
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
-        steps.run("summaries", summaries.compute, wh, load_view_files(resource_dir("queries")), writer.final,
-                  writer.dir, file_id=file_id, run="r", rank=0, phase="p", distributed_info=info, threads=threads)
+        defs = load_view_files(resource_dir("queries"))
+        summarize = (summaries.compute, wh, defs, writer.final, writer.dir)
+        kwargs = dict(file_id=file_id, run="r", rank=0, phase="p", distributed_info=info, threads=threads)
+        steps.run("summaries", *summarize, **kwargs)
+        per_statement = statements(summarize, kwargs, args.statements)
     print(f"{args.trace}: {meta.event_count:,} events, {args.workers} parse worker(s)\n")
     print(steps.table(args.trace.stat().st_size))
+    if per_statement:
+        print(f"\nsummaries, CPU s per statement (median of {args.statements}):")
+        for cpu, sql in per_statement:
+            print(f"{cpu:6.3f} {sql}")
+        print(f"{sum(cpu for cpu, _ in per_statement):6.3f} all statements")
+
+
+_FROM_RE = re.compile(r"FROM (\w+)")
+
+
+def statements(summarize: tuple, kwargs: dict, runs: int) -> list[tuple[float, str]]:
+    """``summarize`` run ``runs`` times, each statement's CPU seconds timed
+    (summaries._run runs them all): (median, statement and view), largest first."""
+    cpu: dict[str, list[float]] = {}
+    run = summaries._run
+
+    def timed(con, sql, threads):
+        c0 = os.times()
+        run(con, sql, threads)
+        c1 = os.times()
+        label = sql.split()[0] + " " + _FROM_RE.search(sql).group(1)  # CREATE or COPY, and the view
+        cpu.setdefault(label, []).append(c1[0] + c1[1] - c0[0] - c0[1])
+
+    summaries._run = timed
+    try:
+        for _ in range(runs):
+            summarize[0](*summarize[1:], **kwargs)
+    finally:
+        summaries._run = run
+    return sorted(((statistics.median(v), k) for k, v in cpu.items()), reverse=True)
 
 
 if __name__ == "__main__":

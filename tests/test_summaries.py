@@ -266,13 +266,13 @@ def _view(name: str, sql: str, requires: list[str], layer: str = "intermediate",
                    requires=requires, per_trace=per_trace)
 
 
-def test_tables_over_one_trace_are_the_joins_that_would_run_twice():
+def test_tables_over_one_trace_are_the_joins_or_their_projections_that_would_run_twice():
     from tracedb.summaries import to_tables
     join = "SELECT * FROM a JOIN b USING (x)"
     needed = [
         _view("stg", "SELECT * FROM raw WHERE x > 0", [], layer="staging"),
-        _view("calls", join, ["stg"]),  # read through `steps` by three views: a table
-        _view("steps", "-- no JOIN here\nSELECT x, step FROM calls", ["calls"]),  # a projection: a view
+        _view("calls", join, ["stg"]),  # read only by `steps`' table: a view
+        _view("steps", "-- no JOIN here\nSELECT x, step FROM calls", ["calls"]),  # a projection of a join, read thrice: the narrow table
         _view("union", "SELECT x FROM stg UNION ALL SELECT x FROM stg", ["stg"]),  # read twice, but a union
         _view("once", join, ["stg"]),  # read once: a view
         _view("sums1", "SELECT x, count(*) FROM steps GROUP BY x", ["steps", "union"], per_trace=True),
@@ -281,4 +281,4 @@ def test_tables_over_one_trace_are_the_joins_that_would_run_twice():
         _view("sums4", "SELECT * FROM sums3", ["sums3"], per_trace=True),
     ]
     # sums3 runs for its COPY and for sums4's.
-    assert to_tables(needed) == ["calls", "sums3"]
+    assert to_tables(needed) == ["steps", "sums3"]

@@ -69,13 +69,21 @@ def requirements(defs: list[ViewDef], names: list[str]) -> list[ViewDef]:
 _WORK_RE = re.compile(r"\b(JOIN|GROUP\s+BY|OVER|QUALIFY|DISTINCT|unnest)\b", re.IGNORECASE)
 
 
-def worth_a_table(v: ViewDef) -> bool:
+def _does_work(v: ViewDef) -> bool:
+    return _WORK_RE.search(re.sub(r"--[^\n]*", "", v.sql)) is not None
+
+
+def worth_a_table(v: ViewDef, by_name: dict[str, ViewDef]) -> bool:
     """Whether ``v``, read by several views over one trace, is computed once
-    as a table: an intermediate view that joins, groups or windows. A
-    projection or a union of the events costs more to copy than to read
-    again (int_timed_ops, on a 69 MB trace: 0.12 s to copy)."""
-    body = re.sub(r"--[^\n]*", "", v.sql)
-    return v.kind == "view" and v.layer == "intermediate" and _WORK_RE.search(body) is not None
+    as a table: an intermediate view that joins, groups or windows, or a
+    projection of one (int_launch_steps of int_launch_calls: the narrow
+    copy, and its source then runs once, for it). A projection or a union
+    of the events costs more to copy than to read again (int_timed_ops, on
+    a 69 MB trace: 0.12 s to copy)."""
+    if v.kind != "view" or v.layer != "intermediate":
+        return False
+    return _does_work(v) or any(
+        by_name[dep].layer == "intermediate" and _does_work(by_name[dep]) for dep in v.requires if dep in by_name)
 
 
 def to_tables(needed: list[ViewDef]) -> list[str]:
@@ -83,14 +91,14 @@ def to_tables(needed: list[ViewDef]) -> list[str]:
     compute once, as tables: those worth a table that would otherwise run
     more than once. A per-trace view runs once, for its COPY; a view runs
     once for each run of a view that reads it, unless that reader is a
-    table (read from then on). So a projection read by three views
-    (int_launch_steps) makes the view it projects (int_launch_calls) run
-    three times, and that one becomes the table."""
+    table (read from then on). So a projection read by four views
+    (int_launch_steps) is the table, and the view it projects
+    (int_launch_calls) runs once, to fill it."""
     by_name = {v.name: v for v in needed}
     runs = {v.name: int(v.per_trace) for v in needed}
     tables: list[str] = []
     for v in reversed(needed):
-        if runs[v.name] > 1 and worth_a_table(v):
+        if runs[v.name] > 1 and worth_a_table(v, by_name):
             tables.append(v.name)
             runs[v.name] = 1
         for dep in v.requires:

@@ -6,7 +6,7 @@
 -- else (CPU) the recorded Input Dims and Input type; group size from the
 -- same, else the trace's process groups.
 -- Grain: one row per communication op.
--- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_steps, int_event_steps, stg_comm_args, stg_process_groups, dtype_sizes
+-- requires: stg_kernels, stg_annotations, stg_cpu_ops, int_comm_names, int_launch_steps, int_step_buckets, stg_comm_args, stg_process_groups, dtype_sizes
 -- materialize: per trace
 CREATE OR REPLACE VIEW int_comm_ops AS
 WITH kernels AS (
@@ -79,9 +79,11 @@ cpu_ops AS (
         coalesce(c.param_dtype, c.args ->> '$."Input type"[0]') AS dtype,
         c.param_group_size AS group_size, c.param_pg_name AS pg_name, c.param_pg_desc AS pg_desc
     FROM cpu_comm c
-    LEFT JOIN int_event_steps s
+    LEFT JOIN (SELECT DISTINCT file_id, width_ns FROM int_step_buckets) w
+        ON w.file_id = c.file_id
+    LEFT JOIN int_step_buckets s
         ON s.file_id = c.file_id
-       AND s.event_id = c.event_id
+       AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns
 ),
 preferred AS (
     SELECT * FROM kernels

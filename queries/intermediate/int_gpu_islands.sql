@@ -1,38 +1,21 @@
 -- Busy intervals of the GPU: overlapping activity merged into islands (exact
 -- union of intervals, sort-based: a new island starts where an interval
--- starts after the running maximum of the ends before it). One set of islands
--- per scope: `stream` (all activity of one stream) and `device` (all streams
--- of a device), within one trace file. gpu_utilization reads it
--- (int_overlap_sums takes the kernel unions the same way, per trace).
+-- starts after the running maximum of the ends before it, int_gpu_intervals).
+-- One set of islands per scope: `stream` (all activity of one stream) and
+-- `device` (all streams of a device), within one trace file.
+-- int_gpu_busy_sums sums the same islands per trace without numbering them;
+-- int_overlap_sums takes the kernel unions the same way.
 -- Grain: one row per run, rank, phase, file, device, scope, stream and island.
--- requires: int_gpu_activity
+-- requires: int_gpu_intervals
 CREATE OR REPLACE VIEW int_gpu_islands AS
-WITH intervals AS (
-    -- each activity once per scope (the activity is read once)
-    SELECT
-        a.run, a.rank, a.phase, a.file_id, a.device, s.scope,
-        CASE WHEN s.scope = 'stream' THEN a.stream END AS stream,
-        a.ts_ns, a.end_ns
-    FROM int_gpu_activity a
-    CROSS JOIN (VALUES ('stream'), ('device')) AS s(scope)
-),
-marked AS (
-    SELECT
-        *,
-        max(end_ns) OVER (
-            PARTITION BY file_id, device, scope, stream
-            ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS prev_end_ns
-    FROM intervals
-),
-numbered AS (
+WITH numbered AS (
     SELECT
         *,
         sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END) OVER (
             PARTITION BY file_id, device, scope, stream
             ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING
         ) AS island
-    FROM marked
+    FROM int_gpu_intervals
 )
 SELECT
     run, rank, phase, file_id,

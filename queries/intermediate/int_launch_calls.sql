@@ -4,7 +4,7 @@
 -- correlation. GPU-side sync events (cat cuda_sync) that repeat a
 -- correlation are left out; of several calls, the earliest is kept.
 -- Grain: one row per run, rank, phase, trace file and correlation id.
--- requires: stg_runtime_calls, int_event_steps
+-- requires: stg_runtime_calls, int_step_buckets
 CREATE OR REPLACE VIEW int_launch_calls AS
 WITH flat AS (
     SELECT run, rank, phase, file_id, correlation, event_id, name, ts_ns, dur_ns, pid, tid, external_id
@@ -33,6 +33,8 @@ SELECT
     -- Profiler step whose ProfilerStep#N range holds the call start; NULL outside steps.
     s.step
 FROM flat c
-LEFT JOIN int_event_steps s
+LEFT JOIN (SELECT DISTINCT file_id, width_ns FROM int_step_buckets) w
+    ON w.file_id = c.file_id
+LEFT JOIN int_step_buckets s
     ON s.file_id = c.file_id
-   AND s.event_id = c.event_id;
+   AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns;

@@ -2,7 +2,7 @@
 -- profiler step it belongs to: CPU events by their start, kernels by their
 -- launch call's. The base of hotspots and regressions (their per-trace sums).
 -- Grain: one row per kernel, CPU op or annotation.
--- requires: int_timed_ops, int_launch_steps, int_event_steps
+-- requires: int_timed_ops, int_launch_steps, int_step_buckets
 CREATE OR REPLACE VIEW int_op_steps AS
 SELECT
     c.run, c.rank, c.phase, c.file_id, c.event_id,
@@ -21,9 +21,11 @@ SELECT
     -- The name regressions compares under: the name, but ProfilerStep#* for every ProfilerStep#N annotation.
     c.compare_name
 FROM int_timed_ops c
-LEFT JOIN int_event_steps s
+LEFT JOIN (SELECT DISTINCT file_id, width_ns FROM int_step_buckets) w
+    ON w.file_id = c.file_id
+LEFT JOIN int_step_buckets s
     ON s.file_id = c.file_id
-   AND s.event_id = c.event_id
+   AND s.bucket = c.ts_ns // w.width_ns AND c.ts_ns >= s.start_ns AND c.ts_ns < s.end_ns
 WHERE c.kind <> 'kernel'
 UNION ALL
 -- Kernels by the step of their launch call alone: the CPU op behind a launch
