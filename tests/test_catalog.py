@@ -128,7 +128,7 @@ def test_the_library_states_grains_and_reads_down():
     for v in defs:
         assert "Grain: one row per" in v.description, v.name
         assert all(layer[r] <= layer[v.name] for r in reads(v, set(layer))), v.name
-    assert {"int_timed_ops", "int_event_steps", "int_collectives", "int_step_sums"} <= set(layer)
+    assert {"int_timed_ops", "int_step_buckets", "int_collectives", "int_step_sums"} <= set(layer)
     assert "stg_timed_ops" not in layer
 
 
@@ -269,6 +269,24 @@ def test_a_catalog_of_the_flat_layout_moves_into_the_schemas(tmp_path: Path):
     assert con.execute("SELECT count(*) FROM staging.stg_kernels").fetchall() == [(0,)]
     assert con.execute("SELECT DISTINCT schema_name FROM duckdb_functions() WHERE function_name = 'int_latency'"
                        ).fetchall() == [("intermediate",)]
+
+
+def test_a_view_the_library_no_longer_has_is_dropped_from_its_schema(tmp_path: Path):
+    """An upgrade that removes an intermediate view (int_event_steps went so) drops it from the
+    catalog: it may read what is gone. main keeps what the library does not own."""
+    wh = _ingest_one(tmp_path)
+    con = duckdb.connect(str(wh / "tracedb.duckdb"))
+    con.execute("CREATE VIEW intermediate.int_gone AS SELECT 1 AS x")
+    con.execute("CREATE VIEW staging.stg_gone AS SELECT 1 AS x")
+    con.execute("CREATE VIEW main.mine AS SELECT 1 AS x")
+    con.execute("UPDATE tracedb_meta.catalog_info SET value = 'an older library' WHERE key = 'views_fingerprint'")
+    con.close()
+    tracedb.open(wh).rebuild_views()  # what `tracedb migrate` runs
+    con = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
+    layout = _schemas_of(con)
+    assert "int_gone" not in layout["intermediate"] and "stg_gone" not in layout["staging"]
+    assert "mine" in layout["main"]
+    assert "int_steps" in layout["intermediate"]
 
 
 def test_duckdb_engine_reflects_each_layer_in_its_schema(tmp_path: Path):

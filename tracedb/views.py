@@ -292,15 +292,18 @@ def _macro_columns(con: duckdb.DuckDBPyConnection, v: ViewDef) -> list[tuple[str
 
 def _drop_misplaced(con: duckdb.DuckDBPyConnection, defs: list[ViewDef]) -> None:
     """Drop the library's views and macros found outside their layer's schema
-    (a catalog built before the layers had schemas had them all in main)."""
+    (a catalog built before the layers had schemas had them all in main), and
+    whatever the staging and intermediate schemas hold that the library no
+    longer defines (a view an older tracedb had, which may read what is gone)."""
     home = {v.name: v.schema for v in defs}
+    owned = {schema for schema in LAYER_SCHEMAS.values() if schema != "main"}
     found = con.execute(
         "SELECT schema_name, view_name, 'VIEW' FROM duckdb_views() WHERE NOT internal AND database_name = "
         "current_database() UNION ALL SELECT DISTINCT schema_name, function_name, 'MACRO TABLE' FROM "
         "duckdb_functions() WHERE function_type = 'table_macro' AND database_name = current_database()"
     ).fetchall()
     for schema, name, kind in found:
-        if name in home and schema != home[name]:
+        if (name in home and schema != home[name]) or (schema in owned and name not in home):
             con.execute(f"DROP {kind} {schema}.{name}")
 
 
