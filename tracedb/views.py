@@ -77,11 +77,10 @@ _GRAIN_RE = re.compile(r"^grain\s*:\s*\S", re.IGNORECASE)
 # What is not a name in SQL text: comments, string literals, quoted names.
 _NOT_NAMES_RE = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
 _CTE_RE = re.compile(r"\b(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.IGNORECASE)
-# A relation is read where FROM or JOIN names it (no view here joins with a
-# comma); a column or alias that shares a view's name is not a read.
-_SOURCE_RE = re.compile(r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)\b", re.IGNORECASE)
-# The same reads, where comments, literals and quoted names are skipped in place.
-_QUALIFY_RE = re.compile(_NOT_NAMES_RE.pattern + r"|(?P<read>\b(?:FROM|JOIN)\s+)(?P<name>[A-Za-z_]\w*)\b(?!\s*\.)",
+# A relation is read where FROM or JOIN names it unqualified (no view here
+# joins with a comma); a column or alias that shares a view's name is not a
+# read. Comments, literals and quoted names match as a whole, without "name".
+_READ_RE = re.compile(_NOT_NAMES_RE.pattern + r"|(?P<read>\b(?:FROM|JOIN)\s+)(?P<name>[A-Za-z_]\w*)\b(?!\s*\.)",
                          re.IGNORECASE)
 
 
@@ -216,10 +215,13 @@ def reads(v: ViewDef, names: set[str]) -> set[str]:
     """The views of ``names`` that the SQL of ``v`` reads: the names after
     FROM or JOIN outside comments and string literals, less its own common
     table expressions and itself."""
-    body = _NOT_NAMES_RE.sub(" ", v.sql)
-    ctes = {c.lower() for c in _CTE_RE.findall(body)}
-    words = {w.lower() for w in _SOURCE_RE.findall(body)}
-    return (words & names) - ctes - {v.name}
+    words = {m.group("name").lower() for m in _READ_RE.finditer(v.sql) if m.group("name")}
+    return (words & names) - _ctes(v) - {v.name}
+
+
+def _ctes(v: ViewDef) -> set[str]:
+    """The names of the common table expressions of ``v`` (lower case)."""
+    return {c.lower() for c in _CTE_RE.findall(_NOT_NAMES_RE.sub(" ", v.sql))}
 
 
 def relation_schemas(defs: list[ViewDef]) -> dict[str, str]:
@@ -238,8 +240,7 @@ def catalog_sql(v: ViewDef, schemas: dict[str, str]) -> str:
     ``schema.name`` in the view's own database. So a staging view that read
     ``events`` unqualified would break where the catalog is attached under
     another name, and an intermediate view could not find a staging one."""
-    body = _NOT_NAMES_RE.sub(" ", v.sql)
-    ctes = {c.lower() for c in _CTE_RE.findall(body)}
+    ctes = _ctes(v)
 
     def one(m: re.Match[str]) -> str:
         name = m.group("name")
@@ -250,7 +251,7 @@ def catalog_sql(v: ViewDef, schemas: dict[str, str]) -> str:
     create = _CREATE_RE.search(v.sql)
     assert create is not None  # parse_view_file checked it
     head = v.sql[:create.start(2)] + f"{v.schema}." + v.sql[create.start(2):create.end()]
-    return head + _QUALIFY_RE.sub(one, v.sql[create.end():])
+    return head + _READ_RE.sub(one, v.sql[create.end():])
 
 
 def _check_reads(v: ViewDef, defs: dict[str, ViewDef]) -> None:
