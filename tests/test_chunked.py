@@ -111,25 +111,6 @@ def test_kineto_layout_same_as_streaming(tmp_path, gz):
     assert fast.meta.distributed_info == {"rank": 3}
 
 
-@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
-def test_pieces_sent_without_bytes_are_read_back_alike(tmp_path, bom):
-    """A plain file's pieces go to workers as spans of the file; a gzip's
-    keep their bytes."""
-    text = _kineto_text(_events(400), schemaVersion=1)
-    path = tmp_path / "t.json"
-    path.write_bytes(bom + text.encode())
-    file = path.read_bytes()
-    pieces = list(SplitParser(path, piece_bytes=1000).pieces())
-    assert len(pieces) > 10
-    for p in pieces:
-        offset, length = p.span
-        assert file[offset:offset + length] == p.data
-        sent = p.sent()
-        assert sent.data == b"" and sent.received(path) == p
-    gz = _write(tmp_path / "t.json.gz", text, gz=True)
-    assert [p.span for p in SplitParser(gz, piece_bytes=1000).pieces()] == [None] * len(pieces)
-
-
 def test_fractional_times_are_exact(tmp_path):
     """3 decimals, 4 decimals (rounded half to even) and fractional epoch
     µs, whose doubles no longer hold the fraction: exact, as written."""

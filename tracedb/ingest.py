@@ -3,7 +3,7 @@
 
 Each file is hashed (its id, fileid.py); a file whose content is already in
 the warehouse is skipped (a file with the same path, size and mtime as an ingested one is
-skipped without hashing). A large file parsed by worker processes is hashed
+skipped without hashing). A large file parsed on worker threads is hashed
 on a thread while its parse starts; the parse stops if the hash says skip.
 A file that fails is recorded in ``traces`` with its error and never stops
 the others. Results are registered in the catalog in groups; a trace
@@ -12,7 +12,6 @@ becomes visible exactly when its group commits.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import multiprocessing
@@ -21,7 +20,6 @@ import os
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,12 +43,14 @@ from .warehouse import TABLES, Warehouse
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
 # Every file tries the split fast path (parse/pieces.py); the streaming parser
-# takes those it declines. A file ingested alone is parsed by worker
-# processes from this size (a .gz counts about 10x its own); a smaller one
-# in the ingesting process, where starting the workers costs more than they
-# save (a lone 40 MB trace: 2.25-2.44 s in one process, 2.41-2.59 s with 2
-# workers; 80 MB: the same; 160 MB: 5.18-5.48 s against 4.64-4.70).
-WORKERS_MIN_BYTES = 64 << 20
+# takes those it declines. A file ingested alone is parsed on worker threads
+# from this size (a .gz counts about 10x its own); a smaller one, a few
+# pieces, on this thread. Threads cost nothing to start: worker processes
+# took 0.4-0.5 s to start and import, so a lone 69 MB trace staged in
+# 0.88 s with two of them and in 0.40 with two threads; 16 MB, 1.1 GB,
+# no slower on threads than here (0.09-0.33 s against 0.13-0.18) or on
+# processes (3.9 s).
+WORKERS_MIN_BYTES = 16 << 20
 # Up to this much JSON, an ingest into a new warehouse makes its first commit
 # (the view library, 0.6 s) on a thread at the start. That connection leaves
 # about 40 MiB with the process until it ends: worth it where the commit is
@@ -161,12 +161,9 @@ def _workers_worthy(tf: TraceFile) -> bool:
     return _json_bytes(tf) >= WORKERS_MIN_BYTES
 
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
-
-
 def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Warehouse):
-    """In a worker: parse one piece, stage its rows as parts."""
-    res = parse_piece(piece.received(path), path)
+    """Parse one piece, stage its rows as parts."""
+    res = parse_piece(piece, path)
     parts = []
     by_table: dict[str, list] = {}
     for table, batch in res.batches:
@@ -176,21 +173,6 @@ def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], wareho
         parts.append((table, dsts[table]))
     res.batches = []
     return res, parts
-
-
-def _keep_freed_memory() -> None:
-    """In a parse worker: glibc's malloc keeps what a piece frees for the
-    next piece, instead of handing it back to the kernel and faulting it in
-    again (a worker's piece allocates and frees some 30 MB; on a 1 GiB
-    trace the workers took a million page faults, 2.5 s of system time).
-    Elsewhere than glibc, nothing changes."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_TRIM_THRESHOLD, 256 << 20)
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: bigger blocks still come from mmap
 
 
 class Stopped(Exception):
@@ -216,9 +198,13 @@ def _unless_stopped(items: Iterator, stop: Callable[[], bool]) -> Iterator:
 
 
 def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[], bool]) -> TraceMeta:
-    """The split fast path: pieces parsed here (workers=1) or in ``workers``
-    processes, each staging its own Parquet parts. Raises NotSplittable, or
-    Stopped when ``stop()`` turns true between pieces."""
+    """The split fast path: pieces parsed here (workers=1) or on ``workers``
+    threads, each staging its own parts, while this thread cuts the next
+    pieces. The C reader and the part writer let go of the GIL, so threads
+    parse in parallel, with no process to start and no piece to send (a
+    piece the C reader declines is read by Python: in turn with the
+    others). Raises NotSplittable, or Stopped when ``stop()`` turns true
+    between pieces."""
     sp = SplitParser(path)
 
     def dsts(piece: Piece) -> dict[str, Path]:
@@ -235,8 +221,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
             staged(*_parse_piece_to_parts(piece, str(path), dsts(piece), writer.warehouse))
         sp.finish()
         return sp.meta
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_keep_freed_memory) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: set = set()
 
         def collect() -> None:
@@ -247,7 +232,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 
         try:
             for piece in _unless_stopped(sp.pieces(), stop):
-                pending.add(pool.submit(_parse_piece_to_parts, piece.sent(), str(path), dsts(piece), writer.warehouse))
+                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts(piece), writer.warehouse))
                 del piece
                 while len(pending) > workers:
                     collect()
@@ -264,7 +249,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 def stage(path: Path, warehouse: Warehouse, workers: int,
           stop: Callable[[], bool] = _never) -> tuple[TraceMeta, TraceWriter]:
     """Parse a trace into a new writer's staging folder: the split fast path
-    (``workers`` processes), or when it declines, the streaming parser.
+    (on ``workers`` threads), or when it declines, the streaming parser.
     Raises Stopped as soon as ``stop()`` is true (it is asked between pieces
     and batches). The caller sets the writer's file_id, then finalizes or
     discards it; on an error it is discarded here."""
@@ -272,7 +257,7 @@ def stage(path: Path, warehouse: Warehouse, workers: int,
     try:
         try:
             return _parse_split(path, writer, workers, stop), writer
-        except (NotSplittable, BrokenProcessPool):
+        except NotSplittable:
             # The streaming parser is the reference: it takes the file.
             writer.discard()
             writer = TraceWriter(warehouse)
@@ -331,7 +316,7 @@ def new_summarizer(warehouse: Warehouse, threads: int) -> summaries.Summarizer:
 def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summarizer,
                 known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1) -> FileResult:
     """Parse, write and publish one file (not yet registered in the catalog).
-    A large file is parsed by ``workers`` processes while it is hashed.
+    A large file is parsed on ``workers`` threads while it is hashed.
     A file whose content ``known_ids`` holds under its id (or under its
     BLAKE2b id, in a warehouse made before xxh3) is skipped."""
     t0 = time.perf_counter()

@@ -1,5 +1,5 @@
 """Large pretty-printed traces in pieces: split the event array, parse each
-piece on its own (in worker processes when there are cores to spare).
+piece on its own (on worker threads when there are cores to spare).
 
 Kineto pretty-prints one event per block that starts with a newline, a fixed
 indent and ``{`` (``\\n  {``). JSON strings cannot hold a raw newline, so
@@ -26,7 +26,7 @@ import io
 import json
 import re
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from ..schema import ARG_COLUMNS, EVENT_SCHEMA, FLOW_SCHEMA
 from .reader import TraceMeta, TraceParser, drop_bad_span, value_warnings
-from .source import BOM, READ_ERRORS, is_gzip, open_trace
+from .source import BOM, READ_ERRORS, open_trace
 
 try:
     from . import _fastparse
@@ -64,26 +64,6 @@ class Piece:
     data: bytes
     base: int
     count: int
-    # Where ``data`` lies in a plain (not gzip) file: offset and length.
-    span: tuple[int, int] | None = None
-
-    def sent(self) -> "Piece":
-        """The piece to hand a worker process: without its bytes when the
-        file holds them as they are (the worker reads them there, cheaper
-        than a pipe: 1 GiB of pieces pickled and piped cost 0.8 s of CPU)."""
-        return self if self.span is None else replace(self, data=b"")
-
-    def received(self, path: str | Path) -> "Piece":
-        """The piece with its bytes, read from ``path`` if it came without."""
-        if self.data or self.span is None:
-            return self
-        offset, length = self.span
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(length)
-        if len(data) != length:
-            raise NotSplittable(f"piece {self.number}: the file changed while it was read")
-        return replace(self, data=data)
 
 
 @dataclass
@@ -120,7 +100,7 @@ def count_events(data: bytes, sep: bytes) -> int:
     ``data``: the events that start in it. Occurrences cannot overlap (the
     newline is only first). numpy's compares take a third of the time of
     ``bytes.count`` (1 ms against 3 for a 4 MB piece), which on a 1 GiB
-    trace ran on the process that feeds the workers."""
+    trace ran on the thread that feeds the workers."""
     a = np.frombuffer(data, np.uint8)
     k = len(sep) - 1
     at = np.flatnonzero(a[k:] == sep[k])  # where the last byte of a match would start, less k
@@ -147,7 +127,6 @@ class Splitter:
             f = open_trace(self.path)
         except OSError as e:
             raise NotSplittable(f"cannot read: {e}") from None
-        plain = not is_gzip(f)
         with f:
             buf = _read(f, min(_READ_BYTES, self.piece_bytes))
             bom = 3 if buf.startswith(BOM) else 0
@@ -156,14 +135,12 @@ class Splitter:
             self.head = buf[:start]
             buf = buf[start:]
             number = base = 0
-            carry, at = buf, bom + start  # at: where carry starts in the file
-            read = bom + len(self._buf)  # bytes read so far
+            carry = buf
             while True:
                 block = _read(f, self.piece_bytes)
                 if not block:
                     break
                 cut = block.rfind(sep)
-                read += len(block)
                 if cut < 0:
                     carry += block
                     if len(carry) > 8 * self.piece_bytes:
@@ -173,8 +150,8 @@ class Splitter:
                 # of the array only if nothing follows, so keep the remainder.
                 data = carry + block[:cut]
                 count = count_events(data, sep) + 1
-                yield Piece(number, data, base, count, (at, len(data)) if plain else None)
-                carry, at = block[cut + 1:], read - len(block) + cut + 1
+                yield Piece(number, data, base, count)
+                carry = block[cut + 1:]
                 number += 1
                 base += count
             buf = carry
@@ -182,7 +159,7 @@ class Splitter:
             end = self._find_end(buf, sep)
             data, self.tail = buf[:end], buf[end:]
             if data.strip():
-                yield Piece(number, data, base, count_events(data, sep) + 1, (at, len(data)) if plain else None)
+                yield Piece(number, data, base, count_events(data, sep) + 1)
 
     def _find_start(self, f, buf: bytes) -> tuple[int, bytes]:
         while True:

@@ -41,11 +41,6 @@ def open_trace(path: str | Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def is_gzip(stream: io.BufferedIOBase) -> bool:
-    """Whether ``stream`` (from open_trace) decompresses."""
-    return isinstance(stream, gzip.GzipFile)
-
-
 def first_byte(path: str | Path) -> bytes:
     """The first byte of the JSON past a BOM and whitespace (b"" if none)."""
     with open_trace(path) as f:
