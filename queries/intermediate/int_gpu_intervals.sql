@@ -1,29 +1,34 @@
 -- Each kernel, copy and set of int_gpu_activity once per scope, `stream`
 -- (all activity of one stream) and `device` (all streams of a device), with
 -- the running maximum of the ends before it in time order within its trace
--- file: the one sort that int_gpu_islands and int_gpu_busy_sums take the
+-- file: the sorts that int_gpu_islands and int_gpu_busy_sums take the
 -- union of the intervals from (an interval that starts after that maximum
--- opens an island).
+-- opens an island). Both maxima come from one read of the activity, one
+-- sort per scope, then each row is given once per scope.
 -- Grain: one row per kernel, copy or set and scope.
 -- requires: int_gpu_activity
 CREATE OR REPLACE VIEW int_gpu_intervals AS
-WITH intervals AS (
-    -- each activity once per scope (the activity is read once)
+WITH marked AS (
     SELECT
-        a.run, a.rank, a.phase, a.file_id, a.device, s.scope,
-        CASE WHEN s.scope = 'stream' THEN a.stream END AS stream,
-        a.ts_ns, a.end_ns
-    FROM int_gpu_activity a
-    CROSS JOIN (VALUES ('stream'), ('device')) AS s(scope)
-),
-marked AS (
-    SELECT
-        *,
+        run, rank, phase, file_id, device, stream, ts_ns, end_ns,
         max(end_ns) OVER (
-            PARTITION BY file_id, device, scope, stream
+            PARTITION BY file_id, device, stream
             ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS prev_end_ns
-    FROM intervals
+        ) AS prev_stream_end_ns,
+        max(end_ns) OVER (
+            PARTITION BY file_id, device
+            ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS prev_device_end_ns
+    FROM int_gpu_activity
+),
+intervals AS (
+    SELECT run, rank, phase, file_id, device, 'stream' AS scope, stream, ts_ns, end_ns,
+           prev_stream_end_ns AS prev_end_ns
+    FROM marked
+    UNION ALL
+    SELECT run, rank, phase, file_id, device, 'device' AS scope, NULL AS stream, ts_ns, end_ns,
+           prev_device_end_ns AS prev_end_ns
+    FROM marked
 )
 SELECT
     run, rank, phase, file_id,
@@ -39,4 +44,4 @@ SELECT
     end_ns,
     -- Latest end of the intervals before this one in (ts_ns, end_ns) order; NULL for the first.
     prev_end_ns
-FROM marked;
+FROM intervals;
