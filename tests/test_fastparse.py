@@ -24,6 +24,15 @@ def test_the_c_parser_is_built():
     assert pieces._fastparse is not None
 
 
+@given(st.binary(max_size=200).map(lambda b: bytes(b"ab\n{"[x % 4] for x in b)),
+       st.binary(min_size=1, max_size=4).map(lambda b: bytes(b"ab\n{"[x % 4] for x in b)))
+def test_count_is_bytes_count(data, sep):
+    """The splitter's count in C: bytes.count's, overlapping separators
+    (b"aa" in b"aaaa": 2) included."""
+    assert pieces._fastparse.count(data, sep) == data.count(sep)
+    assert pieces._fastparse.count(memoryview(data), sep) == data.count(sep)
+
+
 def _piece(*events: str | bytes, base: int = 0) -> Piece:
     """Kineto's layout: each event a block of its keys."""
     blocks = [b"  {\n    " + (e if isinstance(e, bytes) else e.encode()) + b"\n  }" for e in events]

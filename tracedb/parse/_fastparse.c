@@ -687,8 +687,45 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
     return res;
 }
 
+static const char COUNT_DOC[] =
+    "count(data, sep) -> int\n\n"
+    "How many times sep occurs in data, without overlaps: bytes.count, found\n"
+    "by memchr on sep's last byte (a brace, a few times an event) instead of\n"
+    "compared at every byte.";
+
+static PyObject *fp_count(PyObject *self, PyObject *args) {
+    Py_buffer data, sep;
+    if (!PyArg_ParseTuple(args, "y*y*", &data, &sep))
+        return NULL;
+    if (sep.len == 0) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&sep);
+        PyErr_SetString(PyExc_ValueError, "empty separator");
+        return NULL;
+    }
+    Py_ssize_t n = 0, k = sep.len;
+    const char *s = sep.buf, *end = (const char *)data.buf + data.len;
+    Py_BEGIN_ALLOW_THREADS
+    /* q: where the last byte of a match would be; after a match, the next
+       one starts past it. */
+    const char *q = (const char *)data.buf + k - 1;
+    while (q < end && (q = memchr(q, s[k - 1], (size_t)(end - q))) != NULL) {
+        if (memcmp(q - (k - 1), s, (size_t)k) == 0) {
+            n++;
+            q += k;
+        } else {
+            q++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&sep);
+    return PyLong_FromSsize_t(n);
+}
+
 static PyMethodDef methods[] = {
     {"parse", fp_parse, METH_VARARGS, PARSE_DOC},
+    {"count", fp_count, METH_VARARGS, COUNT_DOC},
     {NULL, NULL, 0, NULL},
 };
 
