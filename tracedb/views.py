@@ -413,9 +413,11 @@ def raw_columns(table: str) -> list[tuple[str, str]]:
     return cols
 
 
-def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] | None = None) -> str:
+def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] | None = None,
+                 file_id: str | None = None) -> str:
     """The raw view ``table`` over Parquet files: hive partitions give run,
-    rank and phase, or ``partition`` does (one trace's files, anywhere)."""
+    rank and phase, or ``partition`` does (one trace's files, anywhere);
+    ``file_id``, with a partition, stands for the files' own."""
     cols = raw_columns(table)
     if not files:
         select = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in cols)
@@ -424,6 +426,8 @@ def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] |
     if partition is not None:
         run, rank, phase = partition
         given = {"run": _quote(run), "rank": f"CAST({int(rank)} AS BIGINT)", "phase": _quote(phase)}
+        if file_id is not None:
+            given["file_id"] = _quote(file_id)
     exprs = ", ".join(f"{given[n]} AS {n}" if n in given else f"CAST({n} AS JSON) AS {n}" if t == "JSON" else n
                       for n, t in cols)
     file_list = ", ".join(_quote(f) for f in files)
