@@ -4,8 +4,8 @@
 
 Runs the steps of ``tracedb.ingest.ingest_file`` one after the other on a
 throwaway warehouse and prints, per step, wall seconds, CPU seconds (this
-process, and the parse workers) and this process's peak RSS during the step
-(Linux: /proc; the workers' memory is not in it). bench.py measures the
+process, parse threads included) and its peak RSS during the step
+(Linux: /proc). bench.py measures the
 whole; this says which part to work on. ``--statements N`` then computes
 the summaries N more times over the same files and prints each statement's
 median CPU seconds, largest first.
@@ -69,7 +69,7 @@ class Steps:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", type=Path)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parse workers (default: cores)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parse threads (default: cores)")
     ap.add_argument("--statements", type=int, default=0, metavar="N",
                     help="then compute the summaries N times more, CPU seconds per statement")
     args = ap.parse_args()
@@ -78,7 +78,7 @@ def main() -> None:
         wh = Warehouse(tmp)
         steps = Steps()
         file_id = steps.run("hash", fileid.content_ids, args.trace)[0]
-        # The fast path with workers, as ingest takes it for a large trace alone.
+        # The fast path on threads, as ingest takes it for a large trace alone.
         # (Ingest overlaps the hash with the parse; here each is on its own.)
         meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers)
         writer.file_id = file_id
@@ -89,7 +89,7 @@ def main() -> None:
         kwargs = dict(file_id=file_id, run="r", rank=0, phase="p", distributed_info=info, threads=threads)
         steps.run("summaries", *summarize, **kwargs)
         per_statement = statements(summarize, kwargs, args.statements)
-    print(f"{args.trace}: {meta.event_count:,} events, {args.workers} parse worker(s)\n")
+    print(f"{args.trace}: {meta.event_count:,} events, {args.workers} parse thread(s)\n")
     print(steps.table(args.trace.stat().st_size))
     if per_statement:
         print(f"\nsummaries, CPU s per statement (median of {args.statements}):")
