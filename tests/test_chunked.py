@@ -243,8 +243,39 @@ def test_compact_json_takes_the_streaming_path(tmp_path):
         list(SplitParser(path).batches())
 
 
+def test_pieces_with_long_integers_on_threads(tmp_path, monkeypatch):
+    """Pieces the C reader declines (escaped names) holding 5,000-digit
+    integers in args, parsed on two threads: each is read with Python's
+    digit limit lifted, as the streaming parser reads them (past it,
+    ijson's C backend crashes and the args cannot be written back), and
+    the limit, the process's, is as it was afterwards."""
+    import sys
+
+    import tracedb.ingest as ingest
+    from tracedb.warehouse import Warehouse
+
+    big = "9" * 5000
+    body = ",\n".join(
+        '  {\n    "ph": "X", "cat": "cpu_op", "name": "op\\n%d", "pid": 1, "tid": 7, "ts": %d, "dur": 5, '
+        '"args": {"big": %s}\n  }' % (i, 1000 + 10 * i, big) for i in range(200))
+    path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 20_000)
+    monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the split path declined"))
+    limit = sys.get_int_max_str_digits()
+    meta, writer = ingest.stage(path, Warehouse(tmp_path / "wh"), workers=2)
+    try:
+        writer.close_staged()
+        rows = pa.concat_tables(pa.ipc.open_file(p).read_all() for p in writer._sources("events"))
+    finally:
+        writer.discard()
+    assert sys.get_int_max_str_digits() == limit
+    assert meta.event_count == rows.num_rows == 200
+    assert sorted(rows.column("name").to_pylist()) == sorted(f"op\n{i}" for i in range(200))
+    assert set(rows.column("args").to_pylist()) == {'{"big":%s}' % big}
+
+
 def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
-    """A large file through 2 worker processes: the same rows as the
+    """A large file on 2 parse threads: the same rows as the
     streaming parser gives, counted against json.load."""
     import tracedb.ingest as ingest
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -34,7 +33,7 @@ import ijson
 import pyarrow as pa
 
 from ..schema import ARG_COLUMNS, EVENT_SCHEMA, FLOW_SCHEMA
-from .reader import TraceMeta, TraceParser, drop_bad_span, value_warnings
+from .reader import TraceMeta, TraceParser, digits_lifted, drop_bad_span, value_warnings
 from .source import BOM, READ_ERRORS, open_trace
 
 try:
@@ -244,14 +243,15 @@ def _convert_reference(data: bytes | memoryview, piece: Piece, path: str) -> Pie
     """The piece's events decoded exactly and put through the reference
     reader's row rule (TraceParser.add_event), as the whole file's read
     would."""
-    limit = sys.get_int_max_str_digits()
-    sys.set_int_max_str_digits(0)  # as TraceParser.batches: yajl2_c and long integers
+    with digits_lifted():  # as TraceParser.batches
+        return _reference_rows(data, piece, path)
+
+
+def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceResult:
     try:
         evs = list(ijson.items(io.BytesIO(b"[" + data + b"]"), "item", use_float=False))
     except (ijson.JSONError, UnicodeDecodeError, RecursionError) as e:
         raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
-    finally:
-        sys.set_int_max_str_digits(limit)
     if len(evs) != piece.count:
         raise NotSplittable(f"piece {piece.number}: {len(evs)} events, expected {piece.count}")
     p = TraceParser(path)

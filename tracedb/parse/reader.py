@@ -28,7 +28,9 @@ import io
 import json
 import re
 import sys
+import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -49,6 +51,26 @@ _TAIL_BYTES = 2 << 20
 # Nesting deeper than this switches to the tolerant reader: yajl2_c keeps a
 # prefix string per level (memory grows with depth squared).
 _DEPTH_LIMIT = 2048
+
+
+# Python's limit on the digits of an int read from or written as text is
+# the process's; see digits_lifted.
+_DIGITS_LIFTED = threading.Lock()
+
+
+@contextmanager
+def digits_lifted() -> Iterator[None]:
+    """Python's limit on an int's digits (4300) lifted: ijson's C backend
+    crashes on a longer integer, and args holding one are written back as
+    text. Pieces parsed on threads take it one at a time (the limit is the
+    process's)."""
+    with _DIGITS_LIFTED:
+        limit = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(0)
+        try:
+            yield
+        finally:
+            sys.set_int_max_str_digits(limit)
 
 
 @dataclass
@@ -268,7 +290,9 @@ class TraceParser:
         """Top-level keys before traceEvents (a short parse of the head)."""
         found = False
         try:
-            with open_trace(self.path) as raw:
+            # the backend reads ahead of the key: a long integer in the first
+            # events would crash it
+            with digits_lifted(), open_trace(self.path) as raw:
                 src = _Source(raw, keep_tail=False)
                 builder = None
                 key = None
