@@ -45,14 +45,13 @@ COMMIT_EVERY_S = 5.0
 # Every file tries the split fast path (parse/pieces.py); the streaming parser
 # takes those it declines. A file ingested alone is parsed on worker threads
 # from this size (a .gz counts about 10x its own); a smaller one, a few
-# pieces, on this thread. Threads cost nothing to start: worker processes
-# took 0.4-0.5 s to start and import, so a lone 69 MB trace staged in
-# 0.88 s with two of them and in 0.40 with two threads; 16 MB, 1.1 GB,
-# no slower on threads than here (0.09-0.33 s against 0.13-0.18) or on
-# processes (3.9 s).
+# pieces, on this thread. Threads cost nothing to start (worker processes
+# took 0.4-0.5 s: a lone 69 MB trace staged in 0.88 s on two of them, 0.40
+# on two threads); a 20 MB trace stages as fast on two threads as on this
+# one (0.09-0.33 s against 0.13-0.18).
 WORKERS_MIN_BYTES = 16 << 20
 # Up to this much JSON, an ingest into a new warehouse makes its first commit
-# (the view library, 0.6 s) on a thread at the start. That connection leaves
+# (the view library, about 1 s) on a thread at the start. That connection leaves
 # about 40 MiB with the process until it ends: worth it where the commit is
 # a large share of the time, not on a 1 GiB trace, whose peak it would raise.
 # (Traces ingested by --jobs workers: always, as this process only waits.)
