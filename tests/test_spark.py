@@ -239,8 +239,14 @@ def test_partition_pruning_one_run(spark, registered):
     # A mart reads the summaries of that run: the run filter reaches its
     # scan through the views (not the scan inside Spark's dynamic-pruning
     # subquery of a GROUPING SETS view, which Spark does not push it into).
-    mart = query(spark, None, "hotspots", run="v2", registered=registered)
-    mart_plan = mart._jdf.queryExecution().executedPlan().toString()
+    # Scans show their file location cut at maxMetadataStringLength (100):
+    # past pytest-99 of the temp folders, "summaries" no longer showed.
+    spark.conf.set("spark.sql.maxMetadataStringLength", "1000")
+    try:
+        mart = query(spark, None, "hotspots", run="v2", registered=registered)
+        mart_plan = mart._jdf.queryExecution().executedPlan().toString()
+    finally:
+        spark.conf.unset("spark.sql.maxMetadataStringLength")
     scans = re.findall(r"FileScan parquet [^\n]*summaries[^\n]*", mart_plan)
     assert any(re.search(r"PartitionFilters: \[[^\]]*\(run#\d+ = v2\)", s) for s in scans), mart_plan
 
