@@ -708,7 +708,7 @@ static PyObject *fp_count(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     /* q: where the last byte of a match would be; after a match, the next
        one starts past it. */
-    const char *q = (const char *)data.buf + k - 1;
+    const char *q = data.len >= k ? (const char *)data.buf + k - 1 : end;
     while (q < end && (q = memchr(q, s[k - 1], (size_t)(end - q))) != NULL) {
         if (memcmp(q - (k - 1), s, (size_t)k) == 0) {
             n++;
