@@ -54,16 +54,17 @@ _DEPTH_LIMIT = 2048
 
 
 # Python's limit on the digits of an int read from or written as text is
-# the process's; see digits_lifted.
-_DIGITS_LIFTED = threading.Lock()
+# the process's; see digits_lifted. Reentrant: the head's read lifts it
+# again inside a whole file's.
+_DIGITS_LIFTED = threading.RLock()
 
 
 @contextmanager
 def digits_lifted() -> Iterator[None]:
     """Python's limit on an int's digits (4300) lifted: ijson's C backend
     crashes on a longer integer, and args holding one are written back as
-    text. Pieces parsed on threads take it one at a time (the limit is the
-    process's)."""
+    text. Pieces parsed on threads, and a whole file's read, take it one
+    at a time (the limit is the process's)."""
     with _DIGITS_LIFTED:
         limit = sys.get_int_max_str_digits()
         sys.set_int_max_str_digits(0)
@@ -234,14 +235,8 @@ class TraceParser:
     # -- top level --------------------------------------------------------
 
     def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
-        # ijson's C backend crashes (segfault) on an integer longer than
-        # Python's int-from-string limit (4300 digits): lift it while parsing.
-        limit = sys.get_int_max_str_digits()
-        sys.set_int_max_str_digits(0)
-        try:
+        with digits_lifted():
             yield from self._batches()
-        finally:
-            sys.set_int_max_str_digits(limit)
 
     def _batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         if self.path.stat().st_size == 0:
