@@ -162,7 +162,7 @@ def test_raw_views_over_files_have_the_columns_of_the_empty_ones(tmp_path: Path,
     import tracedb.ingest as ingest
     from tracedb.views import raw_columns
 
-    monkeypatch.setattr(ingest, "EARLY_COMMIT_MAX_BYTES", 0)
+    monkeypatch.setattr(ingest, "_early_commit", lambda *args: None)
     f = write_trace(tmp_path / "runs" / "v1" / "rank0.json", [
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
          "args": {"grid": [1, 2, 3], "memory bandwidth (GB/s)": 1.5, "External id": 3}},

@@ -114,6 +114,23 @@ def test_hotspots_totals(runs: Path, warehouse: Path):
     assert len(by_rank) == 1 and by_rank[0][4] == "aten::mm"
 
 
+def test_first_commit_in_a_process_of_its_own(runs: Path, warehouse: Path, monkeypatch):
+    """Above EARLY_COMMIT_THREAD_MAX_BYTES of JSON, a new warehouse's first
+    commit runs in a spawned process (its memory goes when it exits); what
+    it commits is the catalog the traces' commit then adds to."""
+    import tracedb.ingest as ingest
+
+    monkeypatch.setattr(ingest, "EARLY_COMMIT_THREAD_MAX_BYTES", 0)
+    made = []
+    real = ingest._empty_commit_in_process
+    monkeypatch.setattr(ingest, "_empty_commit_in_process", lambda wh: made.append(real(wh)))
+    db = tracedb.open(warehouse)
+    report = db.ingest([runs], jobs=1)
+    assert made == [None] and len(report.ingested) == 6 and not report.failed
+    got = {r[0]: r[1:] for r in db.sql("SELECT name, calls, total_us FROM hotspots WHERE run = 'v2'").fetchall()}
+    assert got == {"gemm": (2, 800.0), "relu": (2, 100.0), "aten::mm": (2, 400.0)}
+
+
 def test_ingest_again_changes_nothing(runs: Path, warehouse: Path):
     db = tracedb.open(warehouse)
     db.ingest([runs], jobs=1)

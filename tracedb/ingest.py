@@ -50,12 +50,15 @@ COMMIT_EVERY_S = 5.0
 # on two threads); a 20 MB trace stages as fast on two threads as on this
 # one (0.09-0.33 s against 0.13-0.18).
 WORKERS_MIN_BYTES = 16 << 20
-# Up to this much JSON, an ingest into a new warehouse makes its first commit
-# (the view library, about 1 s) on a thread at the start. That connection leaves
-# about 40 MiB with the process until it ends: worth it where the commit is
-# a large share of the time, not on a 1 GiB trace, whose peak it would raise.
-# (Traces ingested by --jobs workers: always, as this process only waits.)
-EARLY_COMMIT_MAX_BYTES = 256 << 20
+# An ingest into a new warehouse makes its first commit (the view library,
+# about 1 s of a core) while the first traces are read, where a core is often
+# idle. Up to this much JSON, on a thread; DuckDB then leaves about 40 MiB
+# with the process until it ends (the peak of a 1 GiB trace went from 470
+# to 580-610 MiB). Above it, in a process of its own, which takes 0.3 s more
+# to start and gives all its memory back as it exits, before the parse ends
+# (a 1 GiB trace: 1.1-1.4 s sooner). Traces ingested by --jobs workers: on a
+# thread, as this process only waits.
+EARLY_COMMIT_THREAD_MAX_BYTES = 256 << 20
 
 
 @dataclass
@@ -413,7 +416,6 @@ def run_ingest(warehouse: Warehouse | str | os.PathLike, files: list[TraceFile],
 def _ingest_files(warehouse: Warehouse, files: list[TraceFile], jobs: int,
                   on_result: Callable[[FileResult], None] | None,
                   on_wait: Callable[[str], None] | None, t0: float) -> IngestReport:
-    catalog = warehouse.catalog
     known_ids, known_paths = warehouse.known()
     report = IngestReport()
     pending: list[TraceFile] = []
@@ -434,13 +436,34 @@ def _ingest_files(warehouse: Warehouse, files: list[TraceFile], jobs: int,
         # often idle, so that the commits of traces need not.
         # Where the traces go to --jobs worker processes, this process only
         # waits, so the connection's memory is not on top of a parse.
-        in_workers = jobs > 1 and len(pending) > 1
-        early = bool(pending) and not catalog.exists() and (
-            in_workers or sum(map(_json_bytes, pending)) <= EARLY_COMMIT_MAX_BYTES)
-        first = thread.submit(_empty_commit, warehouse, on_wait) if early else None
+        first = _early_commit(warehouse, pending, jobs, thread, on_wait)
         _ingest_pending(warehouse, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _early_commit(warehouse: Warehouse, pending: list[TraceFile], jobs: int, thread: ThreadPoolExecutor,
+                  on_wait: Callable[[str], None] | None) -> Future | None:
+    """A new warehouse's first commit, started on ``thread`` (itself or in a
+    process it waits for; EARLY_COMMIT_THREAD_MAX_BYTES says which); None
+    where the catalog exists or there is nothing to ingest."""
+    if not pending or warehouse.catalog.exists():
+        return None
+    in_workers = jobs > 1 and len(pending) > 1
+    if in_workers or sum(map(_json_bytes, pending)) <= EARLY_COMMIT_THREAD_MAX_BYTES:
+        return thread.submit(_empty_commit, warehouse, on_wait)
+    return thread.submit(_empty_commit_in_process, warehouse)
+
+
+def _empty_commit_in_process(warehouse: Warehouse) -> None:
+    """``_empty_commit`` in a process of its own. It says nothing of a wait
+    for another writer's lock: the traces' commit waits after it, and says."""
+    process = multiprocessing.get_context("spawn").Process(
+        target=_empty_commit, args=(warehouse, None), name="tracedb-first-commit")
+    process.start()
+    process.join()
+    if process.exitcode != 0:  # _empty_commit raised what a thread would have raised (on its stderr)
+        raise WarehouseError(f"{warehouse}: the first commit's process failed (exit code {process.exitcode})")
 
 
 def _empty_commit(warehouse: Warehouse, on_wait: Callable[[str], None] | None) -> None:
