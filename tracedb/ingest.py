@@ -17,6 +17,9 @@ import json
 import multiprocessing
 import multiprocessing.util
 import os
+import pickle
+import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -455,15 +458,20 @@ def _early_commit(warehouse: Warehouse, pending: list[TraceFile], jobs: int, thr
     return thread.submit(_empty_commit_in_process, warehouse)
 
 
+# What the process of _empty_commit_in_process runs: the warehouse comes
+# pickled on its stdin (from this process: trusted). A plain subprocess, not
+# multiprocessing's spawn, whose resource tracker would stay for the whole
+# ingest (12 MiB).
+_FIRST_COMMIT = "import pickle, sys; from tracedb.ingest import _empty_commit; " \
+                "_empty_commit(pickle.load(sys.stdin.buffer), None)"
+
+
 def _empty_commit_in_process(warehouse: Warehouse) -> None:
     """``_empty_commit`` in a process of its own. It says nothing of a wait
     for another writer's lock: the traces' commit waits after it, and says."""
-    process = multiprocessing.get_context("spawn").Process(
-        target=_empty_commit, args=(warehouse, None), name="tracedb-first-commit")
-    process.start()
-    process.join()
-    if process.exitcode != 0:  # _empty_commit raised what a thread would have raised (on its stderr)
-        raise WarehouseError(f"{warehouse}: the first commit's process failed (exit code {process.exitcode})")
+    done = subprocess.run([sys.executable, "-c", _FIRST_COMMIT], input=pickle.dumps(warehouse), check=False)
+    if done.returncode != 0:  # _empty_commit raised what a thread would have raised (on its stderr)
+        raise WarehouseError(f"{warehouse}: the first commit's process failed (exit code {done.returncode})")
 
 
 def _empty_commit(warehouse: Warehouse, on_wait: Callable[[str], None] | None) -> None:
