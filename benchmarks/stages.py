@@ -82,7 +82,7 @@ def main() -> None:
         # (Ingest overlaps the hash with the parse; here each is on its own.)
         meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers)
         writer.file_id = file_id
-        steps.run("finalize", writer.finalize, meta.base_time_ns or 0, threads=threads)
+        steps.run("finalize", writer.finalize, meta.base_time_ns or 0, meta.json_event_count, threads=threads)
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
         defs = load_view_files(resource_dir("queries"))
         summarize = (summaries.compute, wh, defs, writer.final, writer.dir)

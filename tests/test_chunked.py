@@ -333,8 +333,8 @@ def test_a_small_trace_takes_the_fast_path_too(tmp_path, monkeypatch):
                        sum(len(e["args"]) for e in evs if e["ph"] == "C"))]
 
 
-@pytest.mark.parametrize("in_memory_bytes", [32 << 20, 0], ids=["sorted in memory", "sorted by DuckDB"])
-def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_bytes):
+@pytest.mark.parametrize("in_memory_events", [5_000_000, 0], ids=["sorted in memory", "sorted by DuckDB"])
+def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_events):
     """Nesting that spans pieces (children written before their parents, a
     slice holding the whole trace written last; events without a phase make
     pieces whose rows are not in file order): self times by construction,
@@ -364,7 +364,7 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 4 << 10)
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
     monkeypatch.setattr("tracedb.store.FINAL_ROW_GROUP", 100)
-    monkeypatch.setattr("tracedb.store.IN_MEMORY_STAGED_BYTES", in_memory_bytes)
+    monkeypatch.setattr("tracedb.store.IN_MEMORY_EVENTS", in_memory_events)
     db = tracedb.TraceDB(tmp_path / "wh")
     db.ingest([tmp_path / "runs"], jobs=2)
     expected = {"whole": 100000 - 20 * 4000}

@@ -1,5 +1,5 @@
 """Self time: which slice is whose parent (store._child_pairs, and
-store._child_sums_in_memory, which small traces take).
+store._child_sums_in_memory, which traces of up to IN_MEMORY_EVENTS take).
 
 The pass is vectorized over sorted batches and carries state from one batch
 to the next; these tests give it batches of a few rows, so that threads, tie
@@ -42,7 +42,7 @@ def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: i
     sums: dict[int, int] = defaultdict(int)
     for parent, dur in zip(*pq.read_table(dst).to_pydict().values()):
         sums[parent] += dur
-    in_memory = _child_sums_in_memory([src], batch_rows=batch_rows).to_pydict()
+    in_memory = _child_sums_in_memory([src], len(slices), batch_rows=batch_rows).to_pydict()
     assert in_memory["parent_id"] == sorted(in_memory["parent_id"])
     assert dict(zip(in_memory["parent_id"], in_memory["child_ns"])) == sums
     return dict(sums)
@@ -140,3 +140,14 @@ def test_times_near_the_int64_limit(tmp_path):
     big = 2**63 - 100
     slices = [("1", "a", big, 2**62), ("1", "a", big + 10, 5)]
     assert _child_sums(tmp_path, slices, 64) == {0: 5}
+
+
+def test_in_memory_declines_event_ids_past_the_count(tmp_path):
+    """The in-memory arrays are sized by the trace's JSON event count; a
+    staged event_id past it (a count that was wrong) sends the trace to
+    DuckDB's sort (None here), never to a wrong or failed sum."""
+    slices = [("1", "a", 0, 100), ("1", "a", 10, 30), ("1", "a", 50, 20)]
+    assert _child_sums(tmp_path, slices, 64) == {0: 50}
+    src = tmp_path / "slices.parquet"  # written by _child_sums
+    assert _child_sums_in_memory([src], 2) is None
+    assert _child_sums_in_memory([src], 3).to_pydict() == {"parent_id": [0], "child_ns": [50]}

@@ -352,7 +352,7 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
         writer.file_id = file_id
         if meta.distributed_info:
             tf.resolve_rank(meta.distributed_info.get("rank"))
-        writer.finalize(meta.base_time_ns or 0, threads=threads)
+        writer.finalize(meta.base_time_ns or 0, meta.json_event_count, threads=threads)
         made = summarizer.compute(
             writer.final, writer.dir, file_id=file_id, run=tf.run, rank=tf.rank, phase=tf.phase,
             distributed_info=json.dumps(meta.distributed_info) if meta.distributed_info is not None else None)

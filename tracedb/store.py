@@ -12,9 +12,10 @@ Parquet's cost.
 ``finalize`` then makes each table's final file in one streaming pass over
 the staged rows, in event_id order: it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
-``self_ns`` (the children's time comes from DuckDB's external sort, or for a
-small trace from Arrow's in memory, summed and sorted by parent, and is
-matched to the rows as both go by: no join, no sort of the whole table).
+``self_ns`` (the children's time comes from numpy's sort of the slices in
+memory, or for a trace of more than IN_MEMORY_EVENTS from DuckDB's
+external sort, summed and sorted by parent, and is matched to the rows as
+both go by: no join, no sort of the whole table).
 ``publish`` puts the final files into their partitions, atomically, through
 the warehouse's storage.
 A file in a partition is visible to queries only once the catalog lists it
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,13 +48,12 @@ if TYPE_CHECKING:
     from .warehouse import Warehouse
 
 FINALIZE_MEMORY = "256MB"
-# Up to this many staged bytes (about 300 MB of JSON as pieces; the streaming
-# parser's Parquet is denser, about 450 MB), a trace's slices are sorted for
-# self_ns in memory by Arrow; above, by DuckDB's external sort, whose memory
-# is bounded. Measured: a 190 MB trace's child sums in 0.30 s against
-# DuckDB's 0.39 (one thread), at a lower peak; a 1 GiB trace's in 1.65-1.84 s
-# at 665 MiB against 1.45-1.57 s at 439 (two threads).
-IN_MEMORY_STAGED_BYTES = 48 << 20
+# Up to this many events (JSON events: a 1 GiB trace has 4.5M, 3M of them
+# slices), a trace's slices are sorted for self_ns in memory by numpy
+# (_Slices: 21 bytes an event, and the sort's copies; the 1 GiB trace's
+# sums peak 280 MiB above the process's 120); above, by DuckDB's external
+# sort, whose memory is bounded.
+IN_MEMORY_EVENTS = 5_000_000
 
 
 # Self time of every slice: its duration less the durations of its direct
@@ -160,31 +161,113 @@ def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path, batch_rows
                     w.write_batch(pa.record_batch([pa.array(parents), pa.array(durs)], schema=_PAIR_SCHEMA))
 
 
-def _child_sums_in_memory(sources: list[Path], batch_rows: int = 1 << 16) -> pa.Table | None:
+class _Slices:
+    """A trace's slices in numpy arrays indexed by event_id: start,
+    duration, thread code, and whether the event is a slice. Filled a
+    staged file at a time (``add``, from several threads: each file writes
+    its own event_ids); a thread, (pid, tid), gets the next code the first
+    time any file has it."""
+
+    def __init__(self, events: int):
+        self.ts = np.zeros(events, np.int64)
+        self.dur = np.zeros(events, np.int64)
+        self.code = np.zeros(events, np.int32)
+        self.is_slice = np.zeros(events, np.bool_)
+        self.beyond = False  # an event_id past ``events``: these arrays cannot hold the trace
+        self._codes: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, path: Path) -> None:
+        t = _read_staged(path, _SLICE_COLUMNS)
+        ts, dur = t.column("ts_ns"), t.column("dur_ns")
+        keep = pc.and_kleene(pc.equal(t.column("ph"), "X"), pc.greater_equal(dur, 0))
+        for col in (ts, t.column("pid"), t.column("tid")):
+            keep = pc.and_kleene(keep, pc.is_valid(col))
+        t = t.filter(pc.fill_null(keep, False))
+        if t.num_rows == 0:
+            return
+        pid = t.column("pid").combine_chunks().dictionary_encode()
+        tid = t.column("tid").combine_chunks().dictionary_encode()
+        width = len(tid.dictionary)
+        local = pid.indices.to_numpy().astype(np.int64) * width + tid.indices.to_numpy()
+        present = np.flatnonzero(np.bincount(local))  # the (pid, tid) pairs of this file
+        pids, tids = pid.dictionary.to_pylist(), tid.dictionary.to_pylist()
+        lookup = np.zeros(int(present[-1]) + 1, np.int32)
+        with self._lock:
+            lookup[present] = [self._codes.setdefault((pids[i // width], tids[i % width]), len(self._codes))
+                               for i in present]
+        eid = t.column("event_id").to_numpy()
+        if eid.max() >= len(self.ts):
+            self.beyond = True
+            return
+        self.ts[eid] = t.column("ts_ns").to_numpy()
+        self.dur[eid] = t.column("dur_ns").to_numpy()
+        self.code[eid] = lookup[local]
+        self.is_slice[eid] = True
+
+    def halves(self) -> list[np.ndarray]:
+        """The slices' event_ids in two groups of whole threads, about equal
+        in rows (the larger threads first, each to the smaller group)."""
+        rows = np.flatnonzero(self.is_slice)
+        code = self.code[rows]
+        sizes = np.bincount(code)
+        groups: list[list[int]] = [[], []]
+        count = [0, 0]
+        for c in np.argsort(-sizes, kind="stable"):
+            g = int(count[1] < count[0])
+            groups[g].append(int(c))
+            count[g] += int(sizes[c])
+        return [rows[np.isin(code, g)] for g in groups if g]
+
+    def pairs(self, rows: np.ndarray, batch_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, child duration) pairs of the slices ``rows`` (event_ids,
+        ascending), sorted here by (thread, start, longer first, event_id:
+        lexsort is stable) and solved a batch at a time."""
+        rows = rows[np.lexsort((-self.dur[rows], self.ts[rows], self.code[rows]))]
+        threads = _Threads()
+        found = []
+        for start in range(0, len(rows), batch_rows):
+            at = rows[start:start + batch_rows]
+            thread = pa.array(self.code[at])
+            found.append(threads.pairs(pa.record_batch(
+                [thread, thread, pa.array(self.ts[at]), pa.array(self.dur[at]), pa.array(at)],
+                names=["pid", "tid", "ts_ns", "dur_ns", "event_id"])))
+        return (np.concatenate([p for p, _ in found] or [np.empty(0, np.int64)]),
+                np.concatenate([d for _, d in found] or [np.empty(0, np.int64)]))
+
+
+def _child_sums_in_memory(sources: list[Path], events: int, threads: int = 2,
+                          batch_rows: int = 1 << 18) -> pa.Table | None:
     """What ``_child_pairs`` and its GROUP BY give (parent_id, child_ns, in
-    parent order), with the slices sorted by Arrow in memory: for a small
-    trace, where connecting DuckDB and sorting there took most of finalize
-    (a 10 MB trace: 47 ms of 92). None where a sum could pass 2^63 (the
-    DuckDB path then fails the trace, as ever)."""
-    cols = _SLICE_COLUMNS[1:]
-    t = pa.concat_tables([_read_staged(p, _SLICE_COLUMNS) for p in sources])
-    ts, dur = t.column("ts_ns"), t.column("dur_ns")
-    keep = pc.and_kleene(pc.equal(t.column("ph"), "X"), pc.greater_equal(dur, 0))
-    for col in (ts, t.column("pid"), t.column("tid")):
-        keep = pc.and_kleene(keep, pc.is_valid(col))
-    slices = t.select(cols).filter(pc.fill_null(keep, False)).sort_by(
-        [("pid", "ascending"), ("tid", "ascending"), ("ts_ns", "ascending"),
-         ("dur_ns", "descending"), ("event_id", "ascending")])
-    threads = _Threads()
-    found = [threads.pairs(b) for b in slices.to_batches(batch_rows) if b.num_rows]
+    parent order), with the slices in memory (_Slices, for ``events``
+    event_ids), on ``threads`` threads (numpy and Arrow let go of the GIL):
+    the files read, then the threads in two halves, each sorted and solved. A
+    1 GiB trace's 3M slices: 1.0 s and 1.6 CPU-s, against DuckDB's 1.7-2.1
+    s and 2.7-3.3. None where an event_id is past ``events``, or where a
+    sum could pass 2^63 (the DuckDB path then fails the trace, as ever)."""
+    slices = _Slices(events)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(slices.add, sources))
+        if slices.beyond:
+            return None
+        found = list(pool.map(lambda rows: slices.pairs(rows, batch_rows), slices.halves()))
+    del slices
     parents = np.concatenate([p for p, _ in found] or [np.empty(0, np.int64)])
     durs = np.concatenate([d for _, d in found] or [np.empty(0, np.int64)])
+    del found
     if len(durs) and float(durs.max()) * len(durs) >= 2.0**63:
         return None
-    order = np.argsort(parents, kind="stable")
-    ids, heads = np.unique(parents[order], return_index=True)  # each parent's first pair
-    return pa.table({"parent_id": pa.array(ids, pa.int64()),
-                     "child_ns": pa.array(np.add.reduceat(durs[order], heads), pa.int64())})
+    child_ns = np.zeros(events, np.int64)
+    np.add.at(child_ns, parents, durs)
+    has = np.zeros(events, np.bool_)
+    has[parents] = True
+    ids = np.flatnonzero(has)
+    sums = pa.table({"parent_id": pa.array(ids, pa.int64()), "child_ns": pa.array(child_ns[ids], pa.int64())})
+    del child_ns, has, ids, parents, durs
+    # The allocator keeps what the sort freed (50-150 MiB for a 1 GiB
+    # trace); the pass that writes the events would come on top of it.
+    pa.default_memory_pool().release_unused()
+    return sums
 
 
 def _final_schema(table: str) -> pa.Schema:
@@ -390,10 +473,11 @@ class TraceWriter:
         finally:
             self._writers.clear()
 
-    def finalize(self, shift_ns: int, threads: int = 1) -> None:
+    def finalize(self, shift_ns: int, events: int, threads: int = 1) -> None:
         """Each table's final file: file_id, absolute times, self_ns, rows
         in event_id order. One streaming pass per table, the small tables on
-        a second thread while the events' self times are computed."""
+        a second thread while the events' self times are computed.
+        ``events``: the trace's JSON events, more than its largest event_id."""
         self.close_staged()
         tables = [t for t in TABLES if self._sources(t)]
         try:
@@ -401,12 +485,12 @@ class TraceWriter:
             # sort of their own (pieces): memory stays one connection's.
             if threads > 1 and len(tables) > 1 and not self._tables:
                 with ThreadPoolExecutor(max_workers=1) as pool:
-                    others = pool.submit(lambda: [self._finalize_table(t, shift_ns) for t in tables[1:]])
-                    self._finalize_table(tables[0], shift_ns, threads)
+                    others = pool.submit(lambda: [self._finalize_table(t, shift_ns, events) for t in tables[1:]])
+                    self._finalize_table(tables[0], shift_ns, events, threads)
                     others.result()
             else:
                 for table in tables:
-                    self._finalize_table(table, shift_ns, threads)
+                    self._finalize_table(table, shift_ns, events, threads)
         except duckdb.IOException as e:
             raise WarehouseError(f"{self.warehouse}: cannot write the warehouse: {e}") from None
         except OSError as e:
@@ -416,11 +500,11 @@ class TraceWriter:
             # this one (summaries) are DuckDB's and would not reuse it.
             pa.default_memory_pool().release_unused()
 
-    def _finalize_table(self, table: str, shift_ns: int, threads: int = 1) -> None:
+    def _finalize_table(self, table: str, shift_ns: int, events: int, threads: int = 1) -> None:
         sources = self._sources(table)
         children = None
         if table == "events":
-            children = _Children(self._child_sums(sources, threads))
+            children = _Children(self._child_sums(sources, events, threads))
         dst = self.dir / f"{table}.parquet"
         schema = FINAL_SCHEMAS[table]
         with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
@@ -430,11 +514,12 @@ class TraceWriter:
                 w.write_table(rows, row_group_size=FINAL_ROW_GROUP)
         self.final[table] = dst
 
-    def _child_sums(self, sources: list[Path], threads: int) -> Iterator[pa.RecordBatch]:
+    def _child_sums(self, sources: list[Path], events: int, threads: int) -> Iterator[pa.RecordBatch]:
         """Summed child time per parent event_id, in parent order: sorted in
-        memory for a small trace, else by DuckDB's external sort."""
-        if sum(p.stat().st_size for p in sources) <= IN_MEMORY_STAGED_BYTES:
-            sums = _child_sums_in_memory(sources)
+        memory for a trace of up to IN_MEMORY_EVENTS, else by DuckDB's
+        external sort; on ``threads`` threads."""
+        if events <= IN_MEMORY_EVENTS:
+            sums = _child_sums_in_memory(sources, events, threads)
             if sums is not None:
                 return iter(sums.to_batches(1 << 16))
         path = self.dir / "child_sums.parquet"
