@@ -361,13 +361,23 @@ class _Children:
         return pc.take(ns, pc.index_in(event_ids, value_set=ids))
 
 
+def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` n times, as a string array made from its buffers: a list of
+    n references for pa.array took 0.3-0.45 s for a 1 GiB trace's 3M rows.
+    For one batch (a piece's rows, or 2^16): n x len(text) is far below the
+    2^31 bytes that 32-bit offsets can address."""
+    data = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
 def _final_batch(batch: pa.RecordBatch, schema: pa.Schema, file_id: str, shift_ns: int,
                  children: _Children | None) -> pa.RecordBatch:
     n = batch.num_rows
     arrays = []
     for f in schema:
         if f.name == "file_id":
-            arr = pa.array([file_id] * n, pa.string())
+            arr = _repeated(file_id, n)
         elif f.name == "self_ns":
             dur = batch.column("dur_ns")
             child = children.take(batch.column("event_id")) if children is not None else pa.nulls(n, pa.int64())
