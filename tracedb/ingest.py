@@ -435,10 +435,8 @@ def _ingest_files(warehouse: Warehouse, files: list[TraceFile], jobs: int,
 
     with ThreadPoolExecutor(max_workers=1) as thread:
         # A new warehouse's first commit applies the view library: made
-        # empty on a thread while the first traces are read, where a core is
-        # often idle, so that the commits of traces need not.
-        # Where the traces go to --jobs worker processes, this process only
-        # waits, so the connection's memory is not on top of a parse.
+        # empty while the first traces are read (EARLY_COMMIT_THREAD_MAX_BYTES),
+        # so that the commits of traces need not.
         first = _early_commit(warehouse, pending, jobs, thread, on_wait)
         _ingest_pending(warehouse, pending, jobs, known_ids, report, first, on_result, on_wait)
     report.seconds = time.perf_counter() - t0
