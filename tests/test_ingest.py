@@ -114,13 +114,17 @@ def test_hotspots_totals(runs: Path, warehouse: Path):
     assert len(by_rank) == 1 and by_rank[0][4] == "aten::mm"
 
 
-def test_first_commit_in_a_process_of_its_own(runs: Path, warehouse: Path, monkeypatch):
+def test_first_commit_in_a_process_of_its_own(runs: Path, warehouse: Path, tmp_path: Path, monkeypatch):
     """Above EARLY_COMMIT_THREAD_MAX_BYTES of JSON, a new warehouse's first
-    commit runs in a spawned process (its memory goes when it exits); what
-    it commits is the catalog the traces' commit then adds to."""
+    commit runs in a process of its own (its memory goes when it exits);
+    what it commits is the catalog the traces' commit then adds to. Run
+    from a folder holding another ``tracedb`` package, it imports tracedb's."""
     import tracedb.ingest as ingest
 
     monkeypatch.setattr(ingest, "EARLY_COMMIT_THREAD_MAX_BYTES", 0)
+    (tmp_path / "cwd" / "tracedb").mkdir(parents=True)
+    (tmp_path / "cwd" / "tracedb" / "__init__.py").write_text("raise SystemExit('not tracedb')\n")
+    monkeypatch.chdir(tmp_path / "cwd")
     made = []
     real = ingest._empty_commit_in_process
     monkeypatch.setattr(ingest, "_empty_commit_in_process", lambda wh: made.append(real(wh)))

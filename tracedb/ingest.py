@@ -459,7 +459,8 @@ def _early_commit(warehouse: Warehouse, pending: list[TraceFile], jobs: int, thr
 # What the process of _empty_commit_in_process runs: the warehouse comes
 # pickled on its stdin (from this process: trusted). A plain subprocess, not
 # multiprocessing's spawn, whose resource tracker would stay for the whole
-# ingest (12 MiB).
+# ingest (12 MiB); with -P, so that a folder named tracedb in the current
+# directory is not what it imports.
 _FIRST_COMMIT = "import pickle, sys; from tracedb.ingest import _empty_commit; " \
                 "_empty_commit(pickle.load(sys.stdin.buffer), None)"
 
@@ -467,7 +468,7 @@ _FIRST_COMMIT = "import pickle, sys; from tracedb.ingest import _empty_commit; "
 def _empty_commit_in_process(warehouse: Warehouse) -> None:
     """``_empty_commit`` in a process of its own. It says nothing of a wait
     for another writer's lock: the traces' commit waits after it, and says."""
-    done = subprocess.run([sys.executable, "-c", _FIRST_COMMIT], input=pickle.dumps(warehouse), check=False)
+    done = subprocess.run([sys.executable, "-P", "-c", _FIRST_COMMIT], input=pickle.dumps(warehouse), check=False)
     if done.returncode != 0:  # _empty_commit raised what a thread would have raised (on its stderr)
         raise WarehouseError(f"{warehouse}: the first commit's process failed (exit code {done.returncode})")
 
