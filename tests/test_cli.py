@@ -69,6 +69,22 @@ def test_query_json_and_csv(wh: str):
     assert [r["name"] for r in json.loads(res.stdout)] == ["aten::mm"]
 
 
+def test_query_takes_the_first_kind_present_under_the_filters(tmp_path: Path):
+    # hotspots prefers kernel, then cpu_op, then annotation: v1 has no kernels,
+    # v2 only an annotation, so each run's answer is of another kind.
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 20},
+        {"ph": "X", "cat": "user_annotation", "name": "forward", "pid": 1, "tid": 1, "ts": 0, "dur": 50}])
+    write_trace(tmp_path / "runs" / "v2" / "rank0.json", [
+        {"ph": "X", "cat": "user_annotation", "name": "backward", "pid": 1, "tid": 1, "ts": 0, "dur": 70}])
+    wh = str(tmp_path / "wh")
+    assert _run("-w", wh, "ingest", str(tmp_path / "runs")).exit_code == 0
+    got = {run: [(r["kind"], r["name"], r["total_us"])
+                 for r in json.loads(_run("-w", wh, "query", "hotspots", "--run", run, "--format", "json").stdout)]
+           for run in ("v1", "v2")}
+    assert got == {"v1": [("cpu_op", "aten::mm", 20.0)], "v2": [("annotation", "backward", 70.0)]}
+
+
 def test_query_table(wh: str):
     res = _run("-w", wh, "query", "hotspots")
     assert res.exit_code == 0

@@ -205,14 +205,18 @@ def _option(param: str) -> str:
 
 def _default_kind(con: duckdb.DuckDBPyConnection, source: str, params: list,
                   filters: dict, preference: list[str]) -> str | None:
-    """The first kind in ``preference`` that has rows under the filters."""
-    where, args = [], list(params)
+    """The first kind in ``preference`` that has rows under the filters,
+    asked one kind at a time: the kind filter reaches the view's sources,
+    so a view computes one kind's rows (hotspots: its percentiles), not
+    every kind's to list the kinds present."""
+    where, values = [], []
     for col, value in filters.items():
         if value is not None and col != "kind":
             where.append(f'"{col}" = ?')
-            args.append(value)
-    sql = f"SELECT DISTINCT kind FROM {source}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    present = {k for (k,) in con.execute(sql, args).fetchall()}
-    return next((k for k in preference if k in present), None)
+            values.append(value)
+    where.append('"kind" = ?')
+    sql = f"SELECT EXISTS (SELECT 1 FROM {source} WHERE {' AND '.join(where)})"
+    for kind in preference:
+        if con.execute(sql, [*params, *values, kind]).fetchall()[0][0]:
+            return kind
+    return None
