@@ -15,28 +15,30 @@ WITH cpu AS (
     WHERE side = 'cpu'
 ),
 gpu AS (
-    SELECT file_id, name, ts_ns, end_ns FROM stg_annotations WHERE side = 'gpu'
+    SELECT run, rank, phase, file_id, name, ts_ns, end_ns FROM stg_annotations WHERE side = 'gpu'
 ),
 intervals AS (
-    SELECT file_id, name, ts_ns, end_ns, 'gpu_annotation' AS source FROM gpu
+    SELECT run, rank, phase, file_id, name, ts_ns, end_ns, 'gpu_annotation' AS source FROM gpu
     UNION ALL
-    SELECT DISTINCT c.file_id, c.name, o.ts_ns, o.end_ns, 'kernels' AS source
+    SELECT DISTINCT c.run, c.rank, c.phase, c.file_id, c.name, o.ts_ns, o.end_ns, 'kernels' AS source
     FROM cpu c
     JOIN int_stream_ops o
-      ON o.file_id = c.file_id AND o.launch_pid = c.pid
-     AND o.launch_ts_ns >= c.ts_ns AND o.launch_ts_ns < c.end_ns
-    WHERE NOT EXISTS (SELECT 1 FROM gpu g WHERE g.file_id = c.file_id AND g.name = c.name)
+      ON o.run = c.run AND o.rank = c.rank AND o.phase = c.phase AND o.file_id = c.file_id
+     AND o.launch_pid = c.pid AND o.launch_ts_ns >= c.ts_ns AND o.launch_ts_ns < c.end_ns
+    LEFT JOIN (SELECT DISTINCT run, rank, phase, file_id, name FROM gpu) g
+      ON g.run = c.run AND g.rank = c.rank AND g.phase = c.phase AND g.file_id = c.file_id AND g.name = c.name
+    WHERE g.name IS NULL
 ),
 marked AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY file_id, name ORDER BY ts_ns, end_ns
+    SELECT *, max(end_ns) OVER (PARTITION BY run, rank, phase, file_id, name ORDER BY ts_ns, end_ns
                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
     FROM intervals
 ),
 gpu_time AS (
-    SELECT file_id, name, min(source) AS source, count(*) AS interval_count,
+    SELECT run, rank, phase, file_id, name, min(source) AS source, count(*) AS interval_count,
            sum(greatest(end_ns - greatest(ts_ns, coalesce(prev_end_ns, ts_ns)), 0)) AS gpu_ns
     FROM marked
-    GROUP BY file_id, name
+    GROUP BY run, rank, phase, file_id, name
 ),
 per_file AS (
     SELECT c.run, c.rank, c.phase, c.file_id, c.name, count(*) AS calls, sum(c.dur_ns) AS cpu_ns
@@ -60,5 +62,6 @@ SELECT
     -- GPU annotation ranges or GPU operations in the union.
     coalesce(sum(g.interval_count), 0) AS gpu_interval_count
 FROM per_file f
-LEFT JOIN gpu_time g ON g.file_id = f.file_id AND g.name = f.name
+LEFT JOIN gpu_time g
+    ON g.run = f.run AND g.rank = f.rank AND g.phase = f.phase AND g.file_id = f.file_id AND g.name = f.name
 GROUP BY GROUPING SETS ((f.run, f.rank, f.phase, f.name), (f.run, f.phase, f.name));

@@ -18,7 +18,7 @@ windows AS (
         sum(dur_ns) OVER w AS kernel_ns,
         max(end_ns) OVER w - ts_ns AS span_ns
     FROM kernels
-    WINDOW w AS (PARTITION BY file_id, device, stream ORDER BY ts_ns, event_id
+    WINDOW w AS (PARTITION BY run, rank, phase, file_id, device, stream ORDER BY ts_ns, event_id
                  ROWS BETWEEN CURRENT ROW AND CAST(k AS BIGINT) - 1 FOLLOWING)
 )
 SELECT

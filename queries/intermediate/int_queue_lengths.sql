@@ -29,9 +29,9 @@ SELECT
     -- Instant of the change, nanoseconds.
     ts_ns,
     -- Next change on the stream, nanoseconds; NULL after the last.
-    lead(ts_ns) OVER (PARTITION BY file_id, device, stream ORDER BY ts_ns) AS next_ts_ns,
+    lead(ts_ns) OVER (PARTITION BY run, rank, phase, file_id, device, stream ORDER BY ts_ns) AS next_ts_ns,
     -- Operations launched and not finished from ts_ns to next_ts_ns.
-    CAST(sum(delta) OVER (PARTITION BY file_id, device, stream ORDER BY ts_ns ROWS UNBOUNDED PRECEDING) AS BIGINT) AS queue_length,
+    CAST(sum(delta) OVER (PARTITION BY run, rank, phase, file_id, device, stream ORDER BY ts_ns ROWS UNBOUNDED PRECEDING) AS BIGINT) AS queue_length,
     -- First change of any stream in the trace file (the time series' origin), nanoseconds.
-    min(ts_ns) OVER (PARTITION BY file_id) AS origin_ns
+    min(ts_ns) OVER (PARTITION BY run, rank, phase, file_id) AS origin_ns
 FROM points;

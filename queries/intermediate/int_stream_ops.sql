@@ -2,7 +2,10 @@
 -- that enqueued it (same trace file and correlation id; the earliest call,
 -- GPU-side cuda_sync events left out), its position in its stream and the
 -- end of the operation before it on that stream. idle_breakdown,
--- queue_length and kernel_sequences read it.
+-- queue_length and kernel_sequences read it. run, rank and phase lead its
+-- partitions and join keys (file_id alone decides them): a query's filter
+-- on them then reaches the scans through the windows, and --run v2 reads
+-- v2's files, not the warehouse's.
 -- Grain: one row per kernel, copy or memset.
 -- requires: stg_kernels, stg_memcpy, stg_runtime_calls
 CREATE OR REPLACE VIEW int_stream_ops AS
@@ -16,10 +19,10 @@ WITH ops AS (
     FROM stg_memcpy
 ),
 calls AS (
-    SELECT file_id, correlation, event_id, name, ts_ns, end_ns, pid
+    SELECT run, rank, phase, file_id, correlation, event_id, name, ts_ns, end_ns, pid
     FROM stg_runtime_calls
     WHERE correlation IS NOT NULL AND lower(cat) <> 'cuda_sync'
-    QUALIFY row_number() OVER (PARTITION BY file_id, correlation ORDER BY ts_ns, event_id) = 1
+    QUALIFY row_number() OVER (PARTITION BY run, rank, phase, file_id, correlation ORDER BY ts_ns, event_id) = 1
 )
 SELECT
     o.run, o.rank, o.phase, o.file_id, o.event_id,
@@ -55,6 +58,6 @@ SELECT
     lag(o.end_ns) OVER w AS prev_end_ns
 FROM ops o
 LEFT JOIN calls c
-    ON c.file_id = o.file_id
+    ON c.run = o.run AND c.rank = o.rank AND c.phase = o.phase AND c.file_id = o.file_id
    AND c.correlation = o.correlation
-WINDOW w AS (PARTITION BY o.file_id, o.device, o.stream ORDER BY o.ts_ns, o.event_id);
+WINDOW w AS (PARTITION BY o.run, o.rank, o.phase, o.file_id, o.device, o.stream ORDER BY o.ts_ns, o.event_id);
