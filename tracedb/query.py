@@ -170,12 +170,8 @@ def build(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     check_filters(name, filters, columns)
     if kind is None and info.default_kind and "kind" in columns:
         filters["kind"] = _default_kind(con, source, params, filters, info.default_kind)
-    where = []
-    for col, value in filters.items():
-        if value is None:
-            continue
-        where.append(f'"{col}" = ?')
-        params.append(value)
+    where, values = _equalities(filters)
+    params += values
     if tags and "run" not in columns:
         raise QueryError(f"{name} has no run column, so --tag does not apply")
     for key, value in sorted((tags or {}).items()):
@@ -203,17 +199,19 @@ def _option(param: str) -> str:
     return param.replace("_", "-")
 
 
+def _equalities(filters: dict[str, object]) -> tuple[list[str], list]:
+    """``"col" = ?`` for each filter with a value, and those values."""
+    given = {col: value for col, value in filters.items() if value is not None}
+    return [f'"{col}" = ?' for col in given], list(given.values())
+
+
 def _default_kind(con: duckdb.DuckDBPyConnection, source: str, params: list,
                   filters: dict, preference: list[str]) -> str | None:
     """The first kind in ``preference`` that has rows under the filters,
     asked one kind at a time: the kind filter reaches the view's sources,
     so a view computes one kind's rows (hotspots: its percentiles), not
     every kind's to list the kinds present."""
-    where, values = [], []
-    for col, value in filters.items():
-        if value is not None and col != "kind":
-            where.append(f'"{col}" = ?')
-            values.append(value)
+    where, values = _equalities({col: value for col, value in filters.items() if col != "kind"})
     where.append('"kind" = ?')
     sql = f"SELECT EXISTS (SELECT 1 FROM {source} WHERE {' AND '.join(where)})"
     for kind in preference:
