@@ -1,6 +1,7 @@
-"""The C part of the parse (tracedb/parse/_fastparse.c), and the SQL inside the
-package of a wheel. The C part is optional: where it does not compile, the
-install goes on and tracedb parses every piece in Python, slower."""
+"""The C parts (the parse, tracedb/parse/_fastparse.c; self time,
+tracedb/_selftime.c), and the SQL inside the package of a wheel. The C parts
+are optional: where they do not compile, the install goes on and tracedb
+parses every piece in Python and solves self time with numpy, slower."""
 
 import shutil
 from pathlib import Path
@@ -26,5 +27,6 @@ class BuildPy(build_py):
 setup(
     cmdclass={"build_py": BuildPy},
     ext_modules=[Extension("tracedb.parse._fastparse", ["tracedb/parse/_fastparse.c"],
-                           depends=["tracedb/parse/_fastjson.h"], optional=True, extra_compile_args=["-O3"])],
+                           depends=["tracedb/parse/_fastjson.h"], optional=True, extra_compile_args=["-O3"]),
+                 Extension("tracedb._selftime", ["tracedb/_selftime.c"], optional=True, extra_compile_args=["-O3"])],
 )

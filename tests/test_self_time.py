@@ -1,5 +1,6 @@
 """Self time: which slice is whose parent (store._child_pairs, and
-store._child_sums_in_memory, which traces of up to IN_MEMORY_EVENTS take).
+store._child_sums_in_memory, which traces of up to IN_MEMORY_EVENTS take:
+by the C pass, _selftime.c, and by numpy where that is not built).
 
 The pass is vectorized over sorted batches and carries state from one batch
 to the next; these tests give it batches of a few rows, so that threads, tie
@@ -12,15 +13,20 @@ time (any overlap).
 from __future__ import annotations
 
 import heapq
+import random
 from collections import defaultdict
+from contextlib import contextmanager
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracle import self_times
+from tracedb import _selftime, store
 from tracedb.store import _child_pairs, _child_sums_in_memory
 
 
@@ -42,10 +48,23 @@ def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: i
     sums: dict[int, int] = defaultdict(int)
     for parent, dur in zip(*pq.read_table(dst).to_pydict().values()):
         sums[parent] += dur
-    in_memory = _child_sums_in_memory([src], len(slices), batch_rows=batch_rows).to_pydict()
-    assert in_memory["parent_id"] == sorted(in_memory["parent_id"])
-    assert dict(zip(in_memory["parent_id"], in_memory["child_ns"])) == sums
+    for solver in (_selftime, None):  # the C pass, and numpy's where it is not built
+        with _solver(solver):
+            in_memory = _child_sums_in_memory([src], len(slices), batch_rows=batch_rows).to_pydict()
+        assert in_memory["parent_id"] == sorted(in_memory["parent_id"])
+        assert dict(zip(in_memory["parent_id"], in_memory["child_ns"])) == sums, solver
     return dict(sums)
+
+
+@contextmanager
+def _solver(module):
+    """store's C pass for self time set to ``module`` (None: numpy's)."""
+    was = store._selftime
+    store._selftime = module
+    try:
+        yield
+    finally:
+        store._selftime = was
 
 
 def _by_rule(slices: list[tuple[str, str, int, int]]) -> dict[int, int]:
@@ -151,3 +170,33 @@ def test_in_memory_declines_event_ids_past_the_count(tmp_path):
     src = tmp_path / "slices.parquet"  # written by _child_sums
     assert _child_sums_in_memory([src], 2) is None
     assert _child_sums_in_memory([src], 3).to_pydict() == {"parent_id": [0], "child_ns": [50]}
+
+
+def test_slices_listed_out_of_order(tmp_path):
+    """A thread's slices far from start order (the C pass's insertion sort
+    gives up and merge-sorts): a chain of 300 nested slices listed innermost
+    first, and 500 overlapping ones in a shuffled order on a second thread."""
+    rng = random.Random(7)
+    chain = [("1", "a", i, 1000 - 2 * i) for i in range(300)][::-1]
+    loose = [("1", "b", rng.randrange(0, 400), rng.randrange(0, 50)) for _ in range(500)]
+    slices = chain + loose
+    sums = _child_sums(tmp_path, slices, 64)
+    assert sums == _by_rule(slices)
+    # the chain: each slice's child is the next one in, 2 ns shorter
+    assert all(sums[299 - i] == 1000 - 2 * (i + 1) for i in range(299))
+
+
+def test_the_c_pass_checks_its_arrays():
+    """Rows past the arrays, or arrays of the wrong width, are errors, not
+    reads or writes out of bounds."""
+    code, ts, dur = np.zeros(3, np.int32), np.zeros(3, np.int64), np.ones(3, np.int64)
+    child_ns, has = np.zeros(3, np.int64), np.zeros(3, np.bool_)
+    with pytest.raises(ValueError, match="past the arrays"):
+        _selftime.child_sums(np.array([0, 3], np.int64), code, ts, dur, child_ns, has)
+    with pytest.raises(TypeError, match="code: expected 4-byte integers"):
+        _selftime.child_sums(np.array([0], np.int64), ts, ts, dur, child_ns, has)
+    with pytest.raises(ValueError, match="one length"):
+        _selftime.child_sums(np.array([0], np.int64), code, ts[:2], dur, child_ns, has)
+    assert _selftime.child_sums(np.array([2, 0, 1], np.int64), code, ts, dur, child_ns, has) is True
+    # three slices at 0 of 1 ns, tied: each the parent of the next by event_id
+    assert child_ns.tolist() == [1, 1, 0] and has.tolist() == [True, True, False]

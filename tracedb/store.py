@@ -12,8 +12,8 @@ Parquet's cost.
 ``finalize`` then makes each table's final file in one streaming pass over
 the staged rows, in event_id order: it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
-``self_ns`` (the children's time comes from numpy's sort of the slices in
-memory, or for a trace of more than IN_MEMORY_EVENTS from DuckDB's
+``self_ns`` (the children's time comes from a sort of the slices in
+memory, by the C pass of _selftime.c or by numpy, or for a trace of more than IN_MEMORY_EVENTS from DuckDB's
 external sort, summed and sorted by parent, and is matched to the rows as
 both go by: no join, no sort of the whole table).
 ``publish`` puts the final files into their partitions, atomically, through
@@ -43,6 +43,11 @@ from .errors import UploadError, WarehouseError
 from .schema import SCHEMAS
 from .sqltext import sql_list, sql_literal
 from .warehouse import TABLES
+
+try:
+    from . import _selftime
+except ImportError:  # not compiled (no C compiler at install): numpy solves (_Threads)
+    _selftime = None
 
 if TYPE_CHECKING:
     from .warehouse import Warehouse
@@ -219,10 +224,17 @@ class _Slices:
             count[g] += int(sizes[c])
         return [rows[np.isin(code, g)] for g in groups if g]
 
+    def solve(self, rows: np.ndarray, child_ns: np.ndarray, has: np.ndarray) -> bool:
+        """Each of the slices ``rows`` (whole threads) added to its parent's
+        ``child_ns`` and marked in ``has``, sorted and solved by the C pass
+        (_selftime.c); False where a sum would pass 2^63."""
+        return _selftime.child_sums(rows, self.code, self.ts, self.dur, child_ns, has)
+
     def pairs(self, rows: np.ndarray, batch_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """(parent, child duration) pairs of the slices ``rows`` (event_ids,
-        ascending), sorted here by (thread, start, longer first, event_id:
-        lexsort is stable) and solved a batch at a time."""
+        """(parent, child duration) pairs of the slices ``rows`` (whole
+        threads, event_ids ascending), sorted here by (thread, start, longer
+        first, event_id: lexsort is stable) and solved by numpy a batch at
+        a time."""
         rows = rows[np.lexsort((-self.dur[rows], self.ts[rows], self.code[rows]))]
         threads = _Threads()
         found = []
@@ -236,34 +248,45 @@ class _Slices:
                 np.concatenate([d for _, d in found] or [np.empty(0, np.int64)]))
 
 
+def _sums_of_pairs(found: list[tuple[np.ndarray, np.ndarray]], child_ns: np.ndarray, has: np.ndarray) -> bool:
+    """(parent, child duration) pairs summed into ``child_ns`` and marked
+    in ``has``; False where a sum could pass 2^63."""
+    parents = np.concatenate([p for p, _ in found] or [np.empty(0, np.int64)])
+    durs = np.concatenate([d for _, d in found] or [np.empty(0, np.int64)])
+    if len(durs) and float(durs.max()) * len(durs) >= 2.0**63:
+        return False
+    np.add.at(child_ns, parents, durs)
+    has[parents] = True
+    return True
+
+
 def _child_sums_in_memory(sources: list[Path], events: int, threads: int = 2,
                           batch_rows: int = 1 << 18) -> pa.Table | None:
     """What ``_child_pairs`` and its GROUP BY give (parent_id, child_ns, in
     parent order), with the slices in memory (_Slices, for ``events``
-    event_ids), on ``threads`` threads (numpy and Arrow let go of the GIL):
-    the files read, then the threads in two halves, each sorted and solved. A
-    1 GiB trace's 3M slices: 1.0 s and 1.6 CPU-s, against DuckDB's 1.7-2.1
-    s and 2.7-3.3. None where an event_id is past ``events``, or where a
-    sum could pass 2^63 (the DuckDB path then fails the trace, as ever)."""
+    event_ids), on ``threads`` threads (numpy, Arrow and the C pass let go
+    of the GIL): the files read, then the threads in two halves, each sorted
+    and solved. A 1 GiB trace's 3M slices: 0.8 s and 1.2 CPU-s with the C
+    pass, 1.3 s and 2.1 with numpy's, against DuckDB's 1.7-2.1 s and
+    2.7-3.3. None where an event_id is past ``events``, or where a sum
+    could pass 2^63 (the DuckDB path then fails the trace, as ever)."""
     slices = _Slices(events)
+    child_ns = np.zeros(events, np.int64)
+    has = np.zeros(events, np.bool_)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(slices.add, sources))
         if slices.beyond:
             return None
-        found = list(pool.map(lambda rows: slices.pairs(rows, batch_rows), slices.halves()))
+        if _selftime is not None:
+            if not all(pool.map(lambda rows: slices.solve(rows, child_ns, has), slices.halves())):
+                return None
+        elif not _sums_of_pairs(list(pool.map(lambda rows: slices.pairs(rows, batch_rows), slices.halves())),
+                                child_ns, has):
+            return None
     del slices
-    parents = np.concatenate([p for p, _ in found] or [np.empty(0, np.int64)])
-    durs = np.concatenate([d for _, d in found] or [np.empty(0, np.int64)])
-    del found
-    if len(durs) and float(durs.max()) * len(durs) >= 2.0**63:
-        return None
-    child_ns = np.zeros(events, np.int64)
-    np.add.at(child_ns, parents, durs)
-    has = np.zeros(events, np.bool_)
-    has[parents] = True
     ids = np.flatnonzero(has)
     sums = pa.table({"parent_id": pa.array(ids, pa.int64()), "child_ns": pa.array(child_ns[ids], pa.int64())})
-    del child_ns, has, ids, parents, durs
+    del child_ns, has, ids
     # The allocator keeps what the sort freed (50-150 MiB for a 1 GiB
     # trace); the pass that writes the events would come on top of it.
     pa.default_memory_pool().release_unused()
