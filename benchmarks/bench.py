@@ -151,9 +151,12 @@ class Bench:
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    def check_space(self) -> None:
+    def check_space(self, only: set[str] | None) -> None:
+        """Room for the workloads that run (``only``; None: all)."""
         s = self.size
-        need = 1.4 * (s["big"] + s["huge"]) + 0.3 * s["big"] + 300 * s["rank_events"] * 1.3 + 12e6 * s["small"]
+        need = {"single": 1.4 * (s["big"] + s["huge"]) + 0.3 * s["big"], "ranks": 300 * s["rank_events"] * 1.3,
+                "small": 12e6 * s["small"]}
+        need = sum(v for k, v in need.items() if not only or k in only)
         free = shutil.disk_usage(self.work).free
         self.log(f"workdir {self.work}: {free / 1e9:.1f} GB free, about {need / 1e9:.1f} GB needed")
         if free < need:
@@ -359,9 +362,9 @@ class Bench:
 
     def run(self) -> dict:
         self.work.mkdir(parents=True, exist_ok=True)
-        self.check_space()
-        s = self.size
         only = set(self.args.only.split(",")) if self.args.only else None
+        self.check_space(only)
+        s = self.size
         if not only or "single" in only:
             big = self.big_file("big", s["big"])
             self.bench_single(f"1 trace, {s['big'] / 2**30:.2g} GiB", big, True, self.repeats)
