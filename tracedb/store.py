@@ -13,9 +13,10 @@ Parquet's cost.
 the staged rows, in event_id order: it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
 ``self_ns`` (the children's time comes from a sort of the slices in
-memory, by the C pass of _selftime.c or by numpy, or for a trace of more than IN_MEMORY_EVENTS from DuckDB's
-external sort, summed and sorted by parent, and is matched to the rows as
-both go by: no join, no sort of the whole table).
+memory, by the C pass of _selftime.c or by numpy, or for a trace of more
+than IN_MEMORY_EVENTS from DuckDB's external sort, summed and sorted by
+parent, and is matched to the rows as both go by: no join, no sort of the
+whole table).
 ``publish`` puts the final files into their partitions, atomically, through
 the warehouse's storage.
 A file in a partition is visible to queries only once the catalog lists it
