@@ -53,7 +53,7 @@ static int get_ints(PyObject *obj, Py_buffer *view, Py_ssize_t size, int writabl
     const char *f = view->format ? view->format : "B";
     if (*f == '<' || *f == '=' || *f == '@')
         f++;
-    if (view->itemsize != size || f[1] != '\0' || !strchr(size == 1 ? "?bB" : "bhilq", f[0])) {
+    if (view->itemsize != size || f[0] == '\0' || f[1] != '\0' || !strchr(size == 1 ? "?bB" : "bhilq", f[0])) {
         PyErr_Format(PyExc_TypeError, "%s: expected %zd-byte integers, got format '%s'", name, size,
                      view->format ? view->format : "B");
         PyBuffer_Release(view);
