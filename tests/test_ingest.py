@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 import tracedb
@@ -79,6 +80,20 @@ def test_events_hold_each_files_complete_events(runs: Path, warehouse: Path):
             assert n == count, (rel, table)
             part = warehouse / table / f"run={run}" / f"rank={rank}" / f"phase={phase}" / f"{row[0]}.parquet"
             assert part.exists()
+
+
+def test_statistics_prune_by_trace_and_time(runs: Path, warehouse: Path):
+    """A published file's row groups give the least and greatest file_id (its
+    own) and ts_ns, for a reader to skip other traces and other times; none
+    for the text every row has (store._NO_STATISTICS), which prunes nothing."""
+    db = tracedb.open(warehouse)
+    db.ingest([runs / "v1"], jobs=1)
+    file_id, files = db.connect().execute("SELECT file_id, files FROM traces WHERE rank = 0").fetchone()
+    stats = pq.ParquetFile(warehouse / json.loads(files)["events"]).metadata.row_group(0)
+    by_name = {stats.column(i).path_in_schema: stats.column(i).statistics for i in range(stats.num_columns)}
+    assert (by_name["file_id"].min, by_name["file_id"].max) == (file_id, file_id)
+    assert (by_name["ts_ns"].min, by_name["ts_ns"].max) == (900_000, 1_700_000)  # the step's B, relu's start
+    assert by_name["name"] is None and by_name["args"] is None
 
 
 def test_values_are_exact(runs: Path, warehouse: Path):
