@@ -146,6 +146,45 @@ def test_comments_land_in_the_catalog(tmp_path: Path):
     assert undocumented == []
 
 
+def test_views_bound_once_have_the_columns_duckdb_binds_them_with(tmp_path: Path):
+    """create_views binds each view over empty tables standing in for the
+    views it reads: every view of a catalog has the columns and types the
+    library's SQL, run statement by statement, gives it, and binds when
+    read (no stand-in left, none in its SQL)."""
+    from tracedb.catalog import resource_dir
+    from tracedb.views import LAYER_SCHEMAS, catalog_sql, load_view_files, relation_schemas
+
+    wh = _ingest_one(tmp_path)
+    catalog = duckdb.connect(str(wh / "tracedb.duckdb"), read_only=True)
+    plain = duckdb.connect()
+    plain.execute(f"ATTACH '{wh / 'tracedb.duckdb'}' AS c (READ_ONLY)")
+    for schema in sorted(set(LAYER_SCHEMAS.values()) - {"main"}):
+        plain.execute(f"CREATE SCHEMA {schema}")
+    for table in ("events", "flows", "counters", "traces", "tracedb_meta.user_comm_patterns"):
+        if "." in table:
+            plain.execute(f"CREATE SCHEMA IF NOT EXISTS {table.split('.')[0]}")
+        plain.execute(f"CREATE TABLE {table} AS SELECT * FROM c.{table} LIMIT 0")
+    for table in ("tracedb_meta.tracedb_tags", "tracedb_meta.trace_tags"):
+        if catalog.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name || '.' || table_name = ?",
+                           [table]).fetchone()[0]:
+            plain.execute(f"CREATE TABLE {table} AS SELECT * FROM c.{table} LIMIT 0")
+    defs = load_view_files(resource_dir("queries"))
+    schemas = relation_schemas(defs)
+    for v in defs:
+        plain.execute(catalog_sql(v, schemas))
+    query = ("SELECT schema_name, view_name, column_name, data_type FROM duckdb_views() JOIN duckdb_columns() "
+             "USING (database_name, schema_name) WHERE table_name = view_name AND NOT duckdb_views.internal "
+             "AND database_name = current_database() ORDER BY ALL")
+    library = {v.name for v in defs if v.kind == "view"}
+    expected = plain.execute(query).fetchall()
+    assert {row[1] for row in expected} == library
+    assert [row for row in catalog.execute(query).fetchall() if row[1] in library] == expected
+    assert catalog.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '%__bound'").fetchone() == (0,)
+    for v in defs:
+        if v.kind == "view":
+            catalog.execute(f"SELECT * FROM {v.qualified_name} LIMIT 0").fetchall()
+
+
 def test_moved_warehouse_is_repointed(tmp_path: Path):
     wh = _ingest_one(tmp_path)
     moved = tmp_path / "moved"

@@ -34,7 +34,7 @@ import duckdb
 from .errors import ViewError
 from .schema import SCHEMAS
 from .sqltext import sql_literal
-from .views import ViewDef, load_comm_patterns, raw_view_sql
+from .views import ViewDef, create_views, load_comm_patterns, raw_view_sql
 
 if TYPE_CHECKING:
     from .warehouse import Warehouse
@@ -197,17 +197,9 @@ class Summarizer:
             # table; such a view is kept as <name>__src, and a trace's table
             # takes its name.
             tables = set(to_tables(needed))
-            for v in needed:
-                try:
-                    con.execute(v.sql)
-                except duckdb.Error as e:
-                    raise ViewError(f"{v.path}: {e}") from None
-                if v.name in tables:
-                    con.execute(f"ALTER VIEW {v.name} RENAME TO {v.name}__src")
-                    con.execute(f"CREATE VIEW {v.name} AS SELECT * FROM {v.name}__src")  # for the readers to bind
-                    self._tables.append(v.name)
-            for name in self._tables:
-                con.execute(f"DROP VIEW {name}")
+            create_views(con, needed, lambda v: v.sql, in_layers=False,
+                         renamed={name: f"{name}__src" for name in tables})
+            self._tables = [v.name for v in needed if v.name in tables]
         except BaseException:
             con.close()
             self._tables.clear()
