@@ -161,7 +161,7 @@ class Summarizer:
         self.memory_limit = memory_limit
         self.fingerprint: str | None = None  # of the summaries computed last
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._tables: list[str] = []  # views computed as tables, in dependency order
+        self._tables: dict[str, list[tuple[str, str]]] = {}  # views computed as tables: their columns
 
     def __enter__(self) -> Summarizer:
         return self
@@ -183,7 +183,7 @@ class Summarizer:
         con = duckdb.connect(config={"threads": self.threads, "memory_limit": self.memory_limit,
                                      "temp_directory": str(self.spill_dir),
                                      "preserve_insertion_order": False})
-        self._tables = []
+        self._tables = {}
         try:
             con.execute("SET enable_progress_bar = false")  # it would draw on stderr
             for table in SCHEMAS:
@@ -194,12 +194,12 @@ class Summarizer:
             needed = requirements(self.defs, [v.name for v in per_trace(self.defs)])
             # Over one trace, an intermediate view that joins, groups or windows
             # and would run more than once (tables()) is computed once, as a
-            # table; such a view is kept as <name>__src, and a trace's table
-            # takes its name.
+            # table; such a view is kept as <name>__src, a trace's table is
+            # <name>__rows, and the view <name> reads it (compute).
             tables = set(to_tables(needed))
             create_views(con, needed, lambda v: v.sql, in_layers=False,
                          renamed={name: f"{name}__src" for name in tables})
-            self._tables = [v.name for v in needed if v.name in tables]
+            self._tables = {v.name: [] for v in needed if v.name in tables}
         except BaseException:
             con.close()
             self._tables.clear()
@@ -232,8 +232,21 @@ class Summarizer:
                 files = [str(tables[table])] if table in tables else []
                 con.execute(raw_view_sql(table, files, partition=(run, rank, phase), file_id=_FILE_ID))
             self._traces(con, _FILE_ID, run, rank, phase, distributed_info)
-            for name in self._tables:  # computed here: an error now is this trace's, not the SQL's
-                _run(con, f"CREATE TABLE {name} AS SELECT * FROM {name}__src", self.threads)
+            keys = {"run": sql_literal(run), "rank": str(int(rank)), "phase": sql_literal(phase),
+                    "file_id": sql_literal(_FILE_ID)}
+            for name, columns in self._tables.items():  # computed here: an error now is this trace's, not the SQL's
+                if not columns:  # bound once the tables it reads are
+                    columns += [(c, t) for c, t, *_ in con.execute(f"DESCRIBE {name}__src").fetchall()]
+                # Over one trace, the keys every layer shares are constants: the
+                # table holds the other columns, and a view gives the keys back
+                # as literals, which the joins and groups over it then fold
+                # away instead of hashing them (a 1 GiB trace's summaries: 2.37
+                # -> 2.06 s, 4.21 -> 3.64 CPU-s, medians of 5; the same rows).
+                const = [c for c, _ in columns if c in keys]
+                rows = f"SELECT * EXCLUDE ({', '.join(const)})" if const else "SELECT *"
+                _run(con, f"CREATE TABLE {name}__rows AS {rows} FROM {name}__src", self.threads)
+                select = ", ".join(f"CAST({keys[c]} AS {t}) AS {c}" if c in keys else c for c, t in columns)
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {select} FROM {name}__rows")
             out = {}
             for v in per_trace(self.defs):
                 dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
@@ -252,7 +265,7 @@ class Summarizer:
         if not rebind:
             try:
                 for name in self._tables:
-                    self._con.execute(f"DROP TABLE IF EXISTS {name}")
+                    self._con.execute(f"DROP TABLE IF EXISTS {name}__rows")
                 return
             except duckdb.Error:
                 pass
