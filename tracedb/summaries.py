@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from .errors import ViewError
 from .schema import SCHEMAS
 from .sqltext import sql_literal
 from .views import ViewDef, create_views, load_comm_patterns, raw_view_sql
