@@ -164,10 +164,6 @@ def test_views_bound_once_have_the_columns_duckdb_binds_them_with(tmp_path: Path
         if "." in table:
             plain.execute(f"CREATE SCHEMA IF NOT EXISTS {table.split('.')[0]}")
         plain.execute(f"CREATE TABLE {table} AS SELECT * FROM c.{table} LIMIT 0")
-    for table in ("tracedb_meta.tracedb_tags", "tracedb_meta.trace_tags"):
-        if catalog.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name || '.' || table_name = ?",
-                           [table]).fetchone()[0]:
-            plain.execute(f"CREATE TABLE {table} AS SELECT * FROM c.{table} LIMIT 0")
     defs = load_view_files(resource_dir("queries"))
     schemas = relation_schemas(defs)
     for v in defs:
