@@ -47,11 +47,13 @@ def _free_port() -> int:
 
 class _Proxy:
     """HTTP on loopback in front of moto: records (method, path) of every
-    request; ``drop(method, path)`` true closes the connection unanswered."""
+    request; ``drop(method, path)`` true closes the connection unanswered;
+    ``before(method, path)`` runs before a request goes on to moto."""
 
     def __init__(self, upstream: int):
         self.requests: list[tuple[str, str]] = []
         self.drop = lambda method, path: False
+        self.before = lambda method, path: None
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,6 +71,7 @@ class _Proxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                owner.before(self.command, path)
                 up = http.client.HTTPConnection("127.0.0.1", upstream, timeout=30)
                 up.request(self.command, self.path, body=body, headers=dict(self.headers))
                 resp = up.getresponse()
@@ -389,6 +392,39 @@ def test_an_upload_that_the_network_breaks_fails_that_file_only(bucket, monkeypa
     assert db.sql("SELECT rank, count(*) FROM events GROUP BY rank").fetchall() == [(0, 1)]
     db.close()
     proxy.server.shutdown()
+
+
+def test_a_catalog_replaced_while_it_is_read_is_read_again(bucket, monkeypatch, tmp_path):
+    """Machine c commits a new catalog between b's look at the catalog's
+    version and b's read of it (as in two ingests at once): moto refuses
+    the read of the old version (412), and b reads the new one whole."""
+    url = f"s3://{bucket}/team"
+    runs = tmp_path / "runs"
+    event = {"name": "k", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 1, "cat": "kernel"}
+    write_trace(runs / "v1" / "rank0.train.json", [event])
+    write_trace(runs / "v1" / "rank1.train.json", [event, {**event, "ts": 20}])
+    done = cli(machine(tmp_path, "a"), tmp_path / "a" / "work", "-w", url, "ingest", str(runs / "v1" / "rank0.train.json"))
+    assert done.returncode == 0, done.stderr
+
+    proxy = _Proxy(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]))
+    catalog = f"/{bucket}/team/tracedb.duckdb"
+    env_c = machine(tmp_path, "c")  # straight to moto, not through the proxy
+    commits = []
+
+    def other_writer(method: str, path: str) -> None:
+        if method == "GET" and path.startswith(catalog) and not commits:
+            commits.append(cli(env_c, tmp_path / "c" / "work", "-w", url, "ingest",
+                               str(runs / "v1" / "rank1.train.json")))
+
+    proxy.before = other_writer
+    on_machine(monkeypatch, tmp_path, "b")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    db = tracedb.open(url)
+    assert db.sql("SELECT rank, event_count FROM traces ORDER BY rank").fetchall() == [(0, 1), (1, 2)]
+    db.close()
+    proxy.server.shutdown()
+    assert commits[0].returncode == 0, commits[0].stderr
+    assert len([p for m, p in proxy.requests if m == "GET" and p.startswith(catalog)]) == 2
 
 
 @pytest.mark.slow

@@ -27,6 +27,8 @@ from typing import IO, Iterator
 from .errors import CommitConflict, UploadError, WarehouseError
 
 UPLOAD_TRIES = 3
+# Copies of an object that other writers keep replacing while it is read.
+FETCH_TRIES = 5
 # Seconds: a wrong endpoint is said at once, not after minutes of retries.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 120
@@ -160,17 +162,30 @@ class ObjectStorage:
     def fetch(self, key: str, dst: Path) -> str | None:
         """Copy the object at ``key`` to ``dst``; returns its version (None,
         and nothing written, when there is none). s3fs reads every range of
-        an object If-Match the ETag it opened: the copy is of one version."""
-        with self._faults():
-            try:
-                src = self.fs.open(self._path(key), "rb")
-            except FileNotFoundError:
-                return None
-            with src, open(dst, "wb") as out:
-                details = getattr(src, "details", None) or self.fs.info(self._path(key))
-                while chunk := src.read(8 << 20):
-                    out.write(chunk)
-        return _version(details)
+        an object If-Match the ETag it opened: the copy is of one version.
+        Another writer that replaces the object while it is read makes that
+        read fail (EBUSY, s3fs's FileExpired); the copy starts over from the
+        new version, up to FETCH_TRIES times."""
+        path = self._path(key)
+        for attempt in range(1, FETCH_TRIES + 1):
+            with self._faults():
+                self.fs.invalidate_cache(path)  # open() takes the ETag from the cache: it must be the current one
+                try:
+                    src = self.fs.open(path, "rb")
+                except FileNotFoundError:
+                    return None
+                try:
+                    with src, open(dst, "wb") as out:
+                        details = getattr(src, "details", None) or self.fs.info(path)
+                        while chunk := src.read(8 << 20):
+                            out.write(chunk)
+                    return _version(details)
+                except OSError as e:
+                    if e.errno != errno.EBUSY:
+                        raise
+            time.sleep(random.uniform(0.05, 0.3) * attempt)
+        raise WarehouseError(f"{self.location(key)}: other writers replaced it while it was read, "
+                             f"{FETCH_TRIES} times; run the command again")
 
     @property
     def _s3(self) -> bool:
