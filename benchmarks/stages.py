@@ -8,7 +8,9 @@ process, parse threads included) and its peak RSS during the step
 (Linux: /proc). bench.py measures the
 whole; this says which part to work on. ``--statements N`` then computes
 the summaries N more times over the same files and prints each statement's
-median CPU seconds, largest first.
+median CPU seconds, largest first. ``--operators`` computes them once more
+under DuckDB's profiler and prints the seconds of each kind of operator over
+all the statements, then the costliest Parquet scans and what they read.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parse threads (default: cores)")
     ap.add_argument("--statements", type=int, default=0, metavar="N",
                     help="then compute the summaries N times more, CPU seconds per statement")
+    ap.add_argument("--operators", action="store_true",
+                    help="then compute the summaries once under DuckDB's profiler: seconds per operator")
     args = ap.parse_args()
     threads = max(1, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
@@ -89,6 +93,7 @@ def main() -> None:
         kwargs = dict(file_id=file_id, run="r", rank=0, phase="p", distributed_info=info, threads=threads)
         steps.run("summaries", *summarize, **kwargs)
         per_statement = statements(summarize, kwargs, args.statements)
+        per_operator = operators(summarize, kwargs, Path(tmp) / "profile.json") if args.operators else None
     print(f"{args.trace}: {meta.event_count:,} events, {args.workers} parse thread(s)\n")
     print(steps.table(args.trace.stat().st_size))
     if per_statement:
@@ -96,6 +101,15 @@ def main() -> None:
         for cpu, sql in per_statement:
             print(f"{cpu:6.3f} {sql}")
         print(f"{sum(cpu for cpu, _ in per_statement):6.3f} all statements")
+    if per_operator:
+        kinds, scans = per_operator
+        print("\nsummaries, seconds per kind of operator (DuckDB's profiler, threads summed):")
+        for name, seconds in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            if seconds >= 0.005:
+                print(f"{seconds:6.3f} {name}")
+        print(f"\nthe {min(10, len(scans))} costliest of {len(scans)} Parquet scans (seconds, rows out, columns read):")
+        for seconds, rows, columns in sorted(scans, reverse=True)[:10]:
+            print(f"{seconds:6.3f} {rows:>10,} {columns}")
 
 
 _FROM_RE = re.compile(r"FROM (\w+)")
@@ -121,6 +135,41 @@ def statements(summarize: tuple, kwargs: dict, runs: int) -> list[tuple[float, s
     finally:
         summaries._run = run
     return sorted(((statistics.median(v), k) for k, v in cpu.items()), reverse=True)
+
+
+def operators(summarize: tuple, kwargs: dict, profile: Path) -> tuple[dict[str, float], list[tuple]]:
+    """``summarize`` run once with DuckDB's profiler on for each statement:
+    seconds per operator name over all of them, and each Parquet scan as
+    (seconds, rows out, columns read)."""
+    kinds: dict[str, float] = {}
+    scans: list[tuple[float, int, str]] = []
+    run = summaries._run
+
+    def walk(node: dict) -> None:
+        kinds[node["name"]] = kinds.get(node["name"], 0.0) + node.get("timing", 0.0)
+        if node["name"] == "READ_PARQUET":
+            columns = node.get("extra_info", {}).get("Projections", "")
+            scans.append((node.get("timing", 0.0), node.get("intermediate_rows", 0),
+                          ", ".join(columns) if isinstance(columns, list) else columns))
+        for child in node.get("children", []):
+            walk(child)
+
+    def profiled(con, sql, threads):
+        con.execute("PRAGMA enable_profiling = 'json'")
+        con.execute(f"PRAGMA profiling_output = '{profile}'")
+        try:
+            run(con, sql, threads)
+        finally:
+            con.execute("PRAGMA disable_profiling")
+        for node in json.loads(profile.read_text())["operator"]:
+            walk(node)
+
+    summaries._run = profiled
+    try:
+        summarize[0](*summarize[1:], **kwargs)
+    finally:
+        summaries._run = run
+    return kinds, scans
 
 
 if __name__ == "__main__":
