@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_chunked import _ODD_EVENTS, _assert_same, _kineto_text, _random_event, _value, _write
+from test_chunked import _ODD_EVENTS, _assert_same, _kineto_text, _random_event, _value, _write, piece_bytes_for
 from tracedb.parse import pieces
 from tracedb.parse.pieces import NotSplittable, Piece, SplitParser, parse_piece
 from tracedb.schema import ARG_COLUMNS
@@ -255,10 +255,11 @@ def test_common_events_taken_by_c_with_python_rows(tmp_path, events):
     its rows are the Python paths' rows."""
     body = ",\n".join("  {\n    " + json.dumps(e, ensure_ascii=False)[1:-1] + "\n  }" for e in events)
     path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
-    for took, with_c, python in _python_and_c(path, 128):
+    piece_bytes = piece_bytes_for(events, 128)
+    for took, with_c, python in _python_and_c(path, piece_bytes):
         assert took
         assert _as_values(with_c) == _as_values(python)
-    _assert_same(path, piece_bytes=128)
+    _assert_same(path, piece_bytes=piece_bytes)
 
 
 def test_random_events_same_rows_as_python(tmp_path):
@@ -272,7 +273,7 @@ def test_random_events_same_rows_as_python(tmp_path):
     @given(events=st.lists(st.one_of(_random_event, _common_event), min_size=1, max_size=30))
     def check(events):
         path = _write(tmp_path / "t.json", _kineto_text(events))  # json.dumps: escapes non-ASCII
-        for c_took, with_c, python in _python_and_c(path, 512):
+        for c_took, with_c, python in _python_and_c(path, piece_bytes_for(events, 512)):
             took[c_took] += 1
             if c_took:
                 assert _as_values(with_c) == _as_values(python)
