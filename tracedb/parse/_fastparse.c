@@ -597,7 +597,7 @@ static PyTypeObject OwnedType = {
 
 /* The buffer's memory goes to a new Owned (b is left empty), trimmed to
    what was written. */
-static PyObject *buf_bytes(Buf *b) {
+static PyObject *buf_take(Buf *b) {
     Owned *o = PyObject_New(Owned, &OwnedType);
     if (!o)
         return NULL;
@@ -615,9 +615,9 @@ static PyObject *buf_bytes(Buf *b) {
 
 /* (null count, validity or None, values, offsets or None) */
 static PyObject *col_tuple(Col *c) {
-    PyObject *valid = c->nulls ? buf_bytes(&c->valid) : (Py_INCREF(Py_None), Py_None);
-    PyObject *data = buf_bytes(&c->data);
-    PyObject *offs = (c->kind == K_STR || c->kind == K_LIST) ? buf_bytes(&c->offs) : (Py_INCREF(Py_None), Py_None);
+    PyObject *valid = c->nulls ? buf_take(&c->valid) : (Py_INCREF(Py_None), Py_None);
+    PyObject *data = buf_take(&c->data);
+    PyObject *offs = (c->kind == K_STR || c->kind == K_LIST) ? buf_take(&c->offs) : (Py_INCREF(Py_None), Py_None);
     if (!valid || !data || !offs) {
         Py_XDECREF(valid);
         Py_XDECREF(data);
