@@ -5,6 +5,7 @@ latency marts over what it writes."""
 from __future__ import annotations
 
 import os
+import random
 import time
 from pathlib import Path
 
@@ -159,14 +160,18 @@ def test_forward_spans_ingest_as_latency(tmp_path: Path):
 
 
 def test_compare_flags_an_injected_sleep_and_not_a_rerun(tmp_path: Path):
-    """Three models timed in turn (so the machine's drift touches all alike):
-    two of one configuration, one with 2 ms more sleep per forward."""
+    """Three models timed in turn (so the machine's drift touches all alike),
+    in a shuffled order each round (in a fixed order, "a" always ran right
+    after the longer sleep of "slower", and a loaded CI machine once told
+    the two runs of one configuration apart at p < 0.001): two of one
+    configuration, one with 2 ms more sleep per forward."""
     models = {"a": Sleepy(), "a_again": Sleepy(), "slower": Sleepy(SLEEP_S + 0.002)}
     timers = {run: ForwardTimer(m, clock="wall") for run, m in models.items()}
     x = torch.randn(4, 16)
+    order = random.Random(0)
     with torch.no_grad():
         for _ in range(40):
-            for m in models.values():
+            for m in order.sample(list(models.values()), len(models)):
                 m(x)
     for run, timer in timers.items():
         timer.write(tmp_path / "runs", run, config={"extra_sleep_ms": 2 if run == "slower" else 0})
