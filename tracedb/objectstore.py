@@ -168,6 +168,8 @@ class ObjectStorage:
         new version, up to FETCH_TRIES times."""
         path = self._path(key)
         for attempt in range(1, FETCH_TRIES + 1):
+            if attempt > 1:
+                time.sleep(random.uniform(0.05, 0.3) * attempt)
             with self._faults():
                 self.fs.invalidate_cache(path)  # open() takes the ETag from the cache: it must be the current one
                 try:
@@ -183,7 +185,6 @@ class ObjectStorage:
                 except OSError as e:
                     if e.errno != errno.EBUSY:
                         raise
-            time.sleep(random.uniform(0.05, 0.3) * attempt)
         raise WarehouseError(f"{self.location(key)}: other writers replaced it while it was read, "
                              f"{FETCH_TRIES} times; run the command again")
 
