@@ -347,8 +347,8 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     """Nesting that spans pieces (children written before their parents, a
     slice holding the whole trace written last; events without a phase make
     pieces whose rows are not in file order): self times by construction,
-    and the published file in event_id order, in whole row groups across
-    pieces."""
+    and the published file in whole row groups across pieces, each of one
+    lane, in event_id order."""
     import pyarrow.parquet as pq
 
     import tracedb.ingest as ingest
@@ -386,10 +386,17 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     assert got == {name: ns * 1000 for name, ns in expected.items()}
     assert db.sql("SELECT ts_ns FROM events WHERE name = 'step3'").fetchall() == [(15_000_000 + 1_000_000_000,)]
     (path,) = (tmp_path / "wh" / "events").rglob("*.parquet")
-    ids = pq.read_table(path, columns=["event_id"]).column("event_id").to_pylist()
-    assert ids == sorted(ids) and len(ids) == len(set(ids)) == len(evs) - 20 == 441
-    meta = pq.ParquetFile(path).metadata
-    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 100, 100, 41]
+    f = pq.ParquetFile(path)
+    # Row groups of one lane each: the 400 CPU ops in four, then the rest
+    # (21 annotations, 20 events without a phase); each lane in event_id order.
+    groups = [f.read_row_group(i, columns=["event_id", "cat"]).to_pydict() for i in range(f.num_row_groups)]
+    assert [len(g["event_id"]) for g in groups] == [100, 100, 100, 100, 41]
+    assert all(set(g["cat"]) == {"cpu_op"} for g in groups[:4])
+    assert set(groups[4]["cat"]) == {"user_annotation", None}
+    ops = [i for g in groups[:4] for i in g["event_id"]]
+    assert ops == sorted(ops) and groups[4]["event_id"] == sorted(groups[4]["event_id"])
+    ids = ops + groups[4]["event_id"]
+    assert len(ids) == len(set(ids)) == len(evs) - 20 == 441
 
 
 def test_a_known_trace_stops_the_parse_that_started_while_hashing(tmp_path, monkeypatch):

@@ -40,7 +40,12 @@ def _piece(*events: str | bytes, base: int = 0) -> Piece:
 
 
 def _rows(res) -> dict[str, list[dict]]:
-    return {table: batch.to_pylist() for table, batch in res.batches}
+    """A piece's rows by table, in event order (its events come a batch
+    for each lane)."""
+    out: dict[str, list[dict]] = {}
+    for table, batch in res.batches:
+        out.setdefault(table, []).extend(batch.to_pylist())
+    return {table: sorted(rows, key=lambda r: r["event_id"]) for table, rows in out.items()}
 
 
 def test_values_as_written():
@@ -102,6 +107,35 @@ def test_values_of_the_common_case_beyond_kineto():
 # Events the C reader declines, why (its reason starts so), and the row the
 # piece gives through the reference reader, checked by hand (NotSplittable:
 # only the whole-file read takes it).
+@pytest.mark.parametrize("c_path", [True, False], ids=["C", "Python"])
+def test_a_piece_gives_its_events_by_lane(c_path):
+    """Each events batch of a piece holds one lane (schema.EVENT_LANES), in
+    lane order, each in event order, and event_lanes says so: by the C
+    reader, and by the reference reader where the C reader is not used.
+    Hand-checked: a category not listed (or none, or spelled otherwise) is
+    lane 0."""
+    cats = ["kernel", "cpu_op", "user_annotation", "cuda_runtime", "cpu_op", None, "gpu_memcpy",
+            "Kernel", "cuda_driver", "gpu_memset", "gpu_user_annotation", "cpu_op"]
+    piece = _piece(*(f'"ph": "X", "cat": {json.dumps(c)}, "name": "e{i}", "pid": 0, "tid": 1, "ts": {i}, "dur": 1'
+                     for i, c in enumerate(cats)))
+    saved = pieces._fastparse
+    if not c_path:
+        pieces._fastparse = None
+    try:
+        res = parse_piece(piece)
+    finally:
+        pieces._fastparse = saved
+    batches = [b.to_pydict() for t, b in res.batches if t == "events"]
+    assert [(b["event_id"], b["cat"]) for b in batches] == [
+        ([2, 5, 7], ["user_annotation", None, "Kernel"]),
+        ([1, 4, 11], ["cpu_op"] * 3),
+        ([3, 8], ["cuda_runtime", "cuda_driver"]),
+        ([0, 6, 9, 10], ["kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"]),
+    ]
+    assert res.event_lanes == [(0, 3), (1, 3), (2, 2), (3, 4)]
+    assert res.event_count == 12
+
+
 _DECLINED = [
     ('"ph": "B", "name": "a", "ts": 1', "phase B", NotSplittable),
     ('"ph": "C", "name": "mem", "ts": 1, "args": {"a": 1}', "phase C",

@@ -82,18 +82,31 @@ def test_events_hold_each_files_complete_events(runs: Path, warehouse: Path):
             assert part.exists()
 
 
-def test_statistics_prune_by_trace_and_time(runs: Path, warehouse: Path):
+def test_statistics_prune_by_trace_time_and_lane(runs: Path, warehouse: Path):
     """A published file's row groups give the least and greatest file_id (its
-    own) and ts_ns, for a reader to skip other traces and other times; none
-    for the text every row has (store._NO_STATISTICS), which prunes nothing."""
+    own), ts_ns and cat, for a reader to skip other traces, other times and
+    other kinds of event: a row group holds one lane (schema.EVENT_LANES);
+    none for the text every row has (store._NO_STATISTICS), which prunes
+    nothing."""
     db = tracedb.open(warehouse)
     db.ingest([runs / "v1"], jobs=1)
     file_id, files = db.connect().execute("SELECT file_id, files FROM traces WHERE rank = 0").fetchone()
-    stats = pq.ParquetFile(warehouse / json.loads(files)["events"]).metadata.row_group(0)
-    by_name = {stats.column(i).path_in_schema: stats.column(i).statistics for i in range(stats.num_columns)}
-    assert (by_name["file_id"].min, by_name["file_id"].max) == (file_id, file_id)
-    assert (by_name["ts_ns"].min, by_name["ts_ns"].max) == (900_000, 1_700_000)  # the step's B, relu's start
-    assert by_name["name"] is None and by_name["args"] is None
+    meta = pq.ParquetFile(warehouse / json.loads(files)["events"]).metadata
+    groups = []
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g)
+        by_name = {stats.column(i).path_in_schema: stats.column(i).statistics for i in range(stats.num_columns)}
+        assert (by_name["file_id"].min, by_name["file_id"].max) == (file_id, file_id)
+        assert by_name["name"] is None and by_name["args"] is None
+        cat = by_name["cat"]
+        groups.append((stats.num_rows, by_name["ts_ns"].min, by_name["ts_ns"].max,
+                       (cat.min, cat.max) if cat.has_min_max else None))
+    assert groups == [
+        (4, 900_000, 1_500_000, None),  # lane 0: the two metadata events, the B/E step, the marker
+        (1, 1_000_000, 1_000_000, ("cpu_op", "cpu_op")),
+        (1, 1_010_000, 1_010_000, ("cuda_runtime", "cuda_runtime")),
+        (2, 1_050_000, 1_700_000, ("kernel", "kernel")),  # gemm, relu
+    ]
 
 
 def test_values_are_exact(runs: Path, warehouse: Path):

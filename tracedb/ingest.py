@@ -174,7 +174,7 @@ def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], wareho
     for table, batch in res.batches:
         by_table.setdefault(table, []).append(batch)
     for table, batches in by_table.items():
-        write_part(dsts[table], table, batches, warehouse)
+        write_part(dsts[table], table, batches, warehouse, res.event_lanes if table == "events" else None)
         parts.append((table, dsts[table]))
     res.batches = []
     return res, parts

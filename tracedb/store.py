@@ -25,13 +25,14 @@ A file in a partition is visible to queries only once the catalog lists it
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import duckdb
 import numpy as np
@@ -41,7 +42,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .errors import UploadError, WarehouseError
-from .schema import SCHEMAS
+from .schema import EVENT_LANES, N_EVENT_LANES, SCHEMAS, by_lane
 from .sqltext import sql_list, sql_literal
 from .warehouse import TABLES
 
@@ -338,8 +339,8 @@ FINAL_ROW_GROUP = 122_880
 # comparisons (long kernel names) took 9% of the events' writer (1.33 CPU-s
 # for a 1 GiB trace's, 1.21 without). file_id keeps its statistics (one
 # value per file: they prune by trace), as do the args' typed columns
-# (mostly NULL: theirs cost little).
-_NO_STATISTICS = frozenset({"ph", "cat", "name", "pid", "tid", "args"})
+# (mostly NULL: theirs cost little), and cat: a row group holds one lane.
+_NO_STATISTICS = frozenset({"ph", "name", "pid", "tid", "args"})
 
 
 def _encodings(schema: pa.Schema) -> dict:
@@ -410,24 +411,25 @@ def _repeated(text: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
 
 
-def _final_batch(batch: pa.RecordBatch, schema: pa.Schema, file_id: str, shift_ns: int,
-                 children: _Children | None) -> pa.RecordBatch:
-    n = batch.num_rows
+def _final_rows(rows: pa.Table, schema: pa.Schema, file_id: str, shift_ns: int,
+                children: _Children | None) -> pa.Table:
+    """A row group as published: file_id, absolute times, self_ns."""
+    n = rows.num_rows
     arrays = []
     for f in schema:
         if f.name == "file_id":
             arr = _repeated(file_id, n)
         elif f.name == "self_ns":
-            dur = batch.column("dur_ns")
-            child = children.take(batch.column("event_id")) if children is not None else pa.nulls(n, pa.int64())
-            is_slice = pc.and_(pc.equal(batch.column("ph"), "X"), pc.greater_equal(dur, 0))
+            dur = rows.column("dur_ns")
+            child = children.take(rows.column("event_id")) if children is not None else pa.nulls(n, pa.int64())
+            is_slice = pc.and_(pc.equal(rows.column("ph"), "X"), pc.greater_equal(dur, 0))
             arr = pc.if_else(is_slice, pc.subtract_checked(dur, pc.coalesce(child, 0)), pa.nulls(n, pa.int64()))
         elif f.name == "ts_ns":
-            arr = pc.add_checked(batch.column("ts_ns"), int(shift_ns))
+            arr = pc.add_checked(rows.column("ts_ns"), int(shift_ns))
         else:
-            arr = batch.column(f.name)
+            arr = rows.column(f.name)
         arrays.append(arr if arr.type == f.type else arr.cast(f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 _END = object()
@@ -444,24 +446,52 @@ def _ahead(items: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield item
 
 
-def _row_groups(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
-    """The batches as tables of ``size`` rows (the last one shorter): the
-    writer's unit, so that it can be made ahead whole (a piece's batches
-    are a tenth of a row group)."""
-    held: list[pa.RecordBatch] = []
-    rows = 0
-    for batch in batches:
-        held.append(batch)
+def _row_groups(batches: Iterator[tuple[int, pa.RecordBatch]], size: int) -> Iterator[tuple[int, pa.Table]]:
+    """Each lane's batches as tables of ``size`` rows (its last one
+    shorter), with their lane: the writer's unit, so that it can be made
+    ahead whole (a piece's batches are a tenth of a row group), and a row
+    group holds one lane (schema.EVENT_LANES). Held meanwhile: less than a
+    row group of each lane."""
+    held: dict[int, tuple[list[pa.RecordBatch], int]] = {}
+    for lane, batch in batches:
+        kept, rows = held.get(lane, ([], 0))
+        kept.append(batch)
         rows += batch.num_rows
         if rows >= size:
-            table = pa.Table.from_batches(held)
+            table = pa.Table.from_batches(kept)
             full = rows - rows % size
             for start in range(0, full, size):
-                yield table.slice(start, size)
+                yield lane, table.slice(start, size)
             rest = table.slice(full)
-            held, rows = rest.to_batches(), rest.num_rows
-    if rows:
-        yield pa.Table.from_batches(held)
+            kept, rows = rest.to_batches(), rest.num_rows
+        held[lane] = (kept, rows)
+    for lane in sorted(held):
+        kept, rows = held[lane]
+        if rows:
+            yield lane, pa.Table.from_batches(kept)
+
+
+_LANES_KEY = b"tracedb.lanes"
+
+
+def _lane_batches(rows: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """A piece's staged events by lane, each lane's in event_id order: its
+    runs of one lane (write_part) sliced, not copied."""
+    runs: dict[int, list[pa.Table]] = {}
+    at = 0
+    for lane, n in json.loads(rows.schema.metadata[_LANES_KEY]):
+        runs.setdefault(lane, []).append(rows.slice(at, n))
+        at += n
+    assert at == rows.num_rows, (at, rows.num_rows)
+    for lane in sorted(runs):
+        yield lane, _in_id_order(pa.concat_tables(runs[lane]))
+
+
+def _in_id_order(rows: pa.Table) -> pa.Table:
+    ids = rows.column("event_id")
+    if len(ids) > 1 and not pc.all(pc.less(ids[:-1], ids[1:])).as_py():
+        return rows.sort_by("event_id")  # a piece's odd events (no phase, ...) come after its slices
+    return rows
 
 
 def cannot_write(warehouse: Warehouse | Path, e: OSError) -> WarehouseError:
@@ -551,26 +581,29 @@ class TraceWriter:
 
     def _finalize_table(self, table: str, shift_ns: int, events: int, threads: int = 1) -> None:
         sources = self._sources(table)
-        children = None
+        children: list[_Children | None] = [None]
         if table == "events":
-            children = _Children(self._child_sums(sources, events, threads))
+            sums = self._child_sums(sources, events, threads)
+            children = [_Children(sums()) for _ in range(N_EVENT_LANES)]
         dst = self.dir / f"{table}.parquet"
         schema = FINAL_SCHEMAS[table]
         with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
-            batches = (_final_batch(b, schema, self.file_id, shift_ns, children)
-                       for b in self._in_event_order(table, sources))
-            for rows in _ahead(_row_groups(batches, FINAL_ROW_GROUP)):
+            groups = _row_groups(self._in_lanes(table, sources), FINAL_ROW_GROUP)
+            for rows in _ahead(_final_rows(rows, schema, self.file_id, shift_ns, children[lane])
+                               for lane, rows in groups):
                 w.write_table(rows, row_group_size=FINAL_ROW_GROUP)
         self.final[table] = dst
 
-    def _child_sums(self, sources: list[Path], events: int, threads: int) -> Iterator[pa.RecordBatch]:
-        """Summed child time per parent event_id, in parent order: sorted in
-        memory for a trace of up to IN_MEMORY_EVENTS, else by DuckDB's
-        external sort; on ``threads`` threads."""
+    def _child_sums(self, sources: list[Path], events: int,
+                    threads: int) -> Callable[[], Iterator[pa.RecordBatch]]:
+        """Summed child time per parent event_id, in parent order, read from
+        the start by each call (a reader for each lane): sorted in memory
+        for a trace of up to IN_MEMORY_EVENTS, else by DuckDB's external
+        sort; on ``threads`` threads."""
         if events <= IN_MEMORY_EVENTS:
             sums = _child_sums_in_memory(sources, events, threads)
             if sums is not None:
-                return iter(sums.to_batches(1 << 16))
+                return lambda: iter(sums.to_batches(1 << 16))
         path = self.dir / "child_sums.parquet"
         # The slices' sort on ``threads``: on two, a 1 GiB trace's takes
         # 1.3 s instead of 2.1, at 17 MiB more.
@@ -583,7 +616,7 @@ class TraceWriter:
                 f"GROUP BY parent_id ORDER BY parent_id) TO {sql_literal(path)} (FORMAT parquet)")
         finally:
             con.close()  # its memory goes back before the pass that reads the sums
-        return pq.ParquetFile(path).iter_batches(1 << 16)
+        return lambda: pq.ParquetFile(path).iter_batches(1 << 16)
 
     def _duckdb(self, table: str, threads: int = 1) -> duckdb.DuckDBPyConnection:
         # 256MB: the sorts here (slices per thread; all rows, for the
@@ -594,19 +627,24 @@ class TraceWriter:
         con.execute("SET enable_progress_bar = false")  # it would draw on stderr
         return con
 
-    def _in_event_order(self, table: str, sources: list[Path]) -> Iterator[pa.RecordBatch]:
-        """A table's staged rows in event_id order. Pieces (parse/pieces.py) cover
-        consecutive event_id ranges, in part order: each is sorted on its
-        own. The streaming parser's file (a B/E pair is written at its E)
-        takes an external sort."""
-        if not self._tables:
-            for part in sources:
-                rows = _read_staged(part)
-                ids = rows.column("event_id")
-                if len(ids) > 1 and not pc.all(pc.less(ids[:-1], ids[1:])).as_py():
-                    rows = rows.sort_by("event_id")  # a piece's odd events (no phase, ...) come after its slices
-                yield from rows.to_batches()
+    def _in_lanes(self, table: str, sources: list[Path]) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """A table's staged rows as (lane, batch), each lane's in event_id
+        order (the events' lanes: schema.EVENT_LANES; the other tables have
+        one). Pieces (parse/pieces.py) cover consecutive event_id ranges, in
+        part order: each is sorted on its own. The streaming parser's file
+        (a B/E pair is written at its E) takes an external sort."""
+        if self._tables:  # the streaming parser's: lanes mixed, in event_id order
+            for rows in self._sorted(table, sources):
+                yield from (by_lane(rows) if table == "events" else [(0, rows)])
             return
+        for part in sources:
+            rows = _read_staged(part)
+            for lane, lane_rows in _lane_batches(rows) if table == "events" else [(0, _in_id_order(rows))]:
+                for batch in lane_rows.to_batches():
+                    yield lane, batch
+
+    def _sorted(self, table: str, sources: list[Path]) -> Iterator[pa.RecordBatch]:
+        """The streaming parser's staged rows in event_id order."""
         con = self._duckdb(table)
         try:
             yield from con.sql(f"SELECT * FROM read_parquet({sql_list(sources)}) ORDER BY event_id"
@@ -646,10 +684,16 @@ class TraceWriter:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Warehouse | Path) -> None:
-    """Stage the rows of one piece of a trace (parse/pieces.py)."""
+def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Warehouse | Path,
+               lanes: list[tuple[int, int]] | None = None) -> None:
+    """Stage the rows of one piece of a trace (parse/pieces.py); the events'
+    with their runs of one lane (``PieceResult.event_lanes``), which
+    finalize slices."""
+    schema = SCHEMAS[table]
+    if lanes is not None:
+        schema = schema.with_metadata({_LANES_KEY: json.dumps(lanes)})
     try:
-        with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, SCHEMAS[table], options=_PIECE_IPC) as w:
+        with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, schema, options=_PIECE_IPC) as w:
             for batch in batches:
                 w.write_batch(batch)
     except OSError as e:  # e.g. the disk is full

@@ -351,8 +351,33 @@ enum { E_ID, E_TS, E_DUR, E_PH, E_CAT, E_NAME, E_PID, E_TID, E_EID, E_ARG0 };
 #define N_ECOLS (E_ARGS + 1)
 enum { L_ID, L_TS, L_PH, L_EID, L_CAT, L_NAME, L_PID, L_TID, L_BP, N_LCOLS };
 
+/* The events' lanes (schema.EVENT_LANES): each event's row goes to its
+   category's lane, each lane a batch of its own (its own buffers), so that
+   finalize writes row groups of one lane without moving rows and holds no
+   other lane's rows with a lane's (store.py). Lane 0 has the categories
+   not listed. */
+#define N_LANES 4
+static const struct {
+    const char *cat;
+    int lane;
+} LANE_CATS[] = {
+    {"cpu_op", 1}, {"cuda_runtime", 2}, {"cuda_driver", 2},
+    {"kernel", 3}, {"gpu_memcpy", 3}, {"gpu_memset", 3}, {"gpu_user_annotation", 3},
+};
+#define N_LANE_CATS ((int)(sizeof LANE_CATS / sizeof LANE_CATS[0]))
+
+static int lane_of(const Val *cat) {
+    if (cat->type != V_STR || cat->escaped)
+        return 0;
+    size_t n = (size_t)(cat->e - cat->s);
+    for (int i = 0; i < N_LANE_CATS; i++)
+        if (strlen(LANE_CATS[i].cat) == n && memcmp(LANE_CATS[i].cat, cat->s, n) == 0)
+            return LANE_CATS[i].lane;
+    return 0;
+}
+
 typedef struct {
-    Col ev[N_ECOLS];
+    Col ev[N_LANES][N_ECOLS];
     Col fl[N_LCOLS];
     int64_t count;
     int has_span;
@@ -422,8 +447,9 @@ static int decline_time(Out *o, const char *key, const Val *v) {
 
 /* Whether a column outgrew int32 offsets (col_offset's -2). */
 static int col_past_offsets(Out *o) {
-    for (int i = 0; i < N_ECOLS; i++)
-        if (o->ev[i].offs.len && o->ev[i].data.len > INT32_MAX) goto past;
+    for (int l = 0; l < N_LANES; l++)
+        for (int i = 0; i < N_ECOLS; i++)
+            if (o->ev[l][i].offs.len && o->ev[l][i].data.len > INT32_MAX) goto past;
     for (int i = 0; i < N_LCOLS; i++)
         if (o->fl[i].offs.len && o->fl[i].data.len > INT32_MAX) goto past;
     return 0;
@@ -462,7 +488,7 @@ static int emit(Out *o, int64_t index, Val *f, Val *args) {
         PUT(put_id_text(&c[L_TID], &f[F_TID]), "tid", &f[F_TID]);
         PUT(put_text(&c[L_BP], &f[F_BP]), "bp", &f[F_BP]);
     } else {
-        Col *c = o->ev;
+        Col *c = o->ev[lane_of(&f[F_CAT])];
         int is_x = phn == 1 && ph->s[0] == 'X';
         PUT(put_i64(&c[E_ID], 1, index), "event_id", ph);
         PUT(put_i64(&c[E_TS], ts_ok, ts), "ts", &f[F_TS]);
@@ -645,11 +671,14 @@ static PyObject *cols_list(Col *cols, int n) {
 static int out_init(Out *o) {
     memset(o, 0, sizeof *o);
     static const int ekinds[E_ARG0] = {K_I64, K_I64, K_I64, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR};
-    for (int i = 0; i < E_ARG0; i++)
-        if (col_init(&o->ev[i], ekinds[i])) return -1;
-    for (int i = 0; i < N_ARGS; i++)
-        if (col_init(&o->ev[E_ARG0 + i], ARG_KEYS[i].kind)) return -1;
-    if (col_init(&o->ev[E_ARGS], K_STR)) return -1;
+    for (int l = 0; l < N_LANES; l++) {
+        Col *ev = o->ev[l];
+        for (int i = 0; i < E_ARG0; i++)
+            if (col_init(&ev[i], ekinds[i])) return -1;
+        for (int i = 0; i < N_ARGS; i++)
+            if (col_init(&ev[E_ARG0 + i], ARG_KEYS[i].kind)) return -1;
+        if (col_init(&ev[E_ARGS], K_STR)) return -1;
+    }
     static const int lkinds[N_LCOLS] = {K_I64, K_I64, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR};
     for (int i = 0; i < N_LCOLS; i++)
         if (col_init(&o->fl[i], lkinds[i])) return -1;
@@ -657,17 +686,20 @@ static int out_init(Out *o) {
 }
 
 static void out_free(Out *o) {
-    for (int i = 0; i < N_ECOLS; i++)
-        col_free(&o->ev[i]);
+    for (int l = 0; l < N_LANES; l++)
+        for (int i = 0; i < N_ECOLS; i++)
+            col_free(&o->ev[l][i]);
     for (int i = 0; i < N_LCOLS; i++)
         col_free(&o->fl[i]);
 }
 
 static const char PARSE_DOC[] =
-    "parse(data, base) -> (count, event columns, flow columns, span), or why it declines (str)\n\n"
+    "parse(data, base) -> (count, event lanes, flow columns, span), or why it declines (str)\n\n"
     "A piece of whole events (objects, commas between them) as Arrow buffers:\n"
     "each column (null count, validity bitmap or None, values, offsets or None),\n"
-    "in the order of EVENT_SCHEMA and FLOW_SCHEMA; span (min ts, max ts + dur)\n"
+    "in the order of EVENT_SCHEMA and FLOW_SCHEMA; the events' columns once for\n"
+    "each lane (LANES: (cat, lane) pairs; lane 0 the rest), each in event order;\n"
+    "span (min ts, max ts + dur)\n"
     "or None. A str (the reason) when the piece is out of the common case (see\n"
     "the source): values.py's rules apply to it, in Python.";
 
@@ -723,7 +755,15 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
     } else if (declined) {
         res = PyUnicode_FromString(r.why ? r.why : "declined");
     } else {
-        PyObject *ev = cols_list(o->ev, N_ECOLS);
+        PyObject *ev = PyList_New(N_LANES);
+        for (int l = 0; ev && l < N_LANES; l++) {
+            PyObject *lane = cols_list(o->ev[l], N_ECOLS);
+            if (!lane) {
+                Py_CLEAR(ev);
+                break;
+            }
+            PyList_SET_ITEM(ev, l, lane);
+        }
         PyObject *fl = ev ? cols_list(o->fl, N_LCOLS) : NULL;
         PyObject *span = o->has_span ? Py_BuildValue("(LL)", (long long)o->lo, (long long)o->hi)
                                      : (Py_INCREF(Py_None), Py_None);
@@ -809,6 +849,20 @@ PyMODINIT_FUNC PyInit__fastparse(void) {
     }
     if (PyModule_AddObject(m, "ARG_KEYS", keys)) {
         Py_DECREF(keys);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *lanes = PyTuple_New(N_LANE_CATS);
+    for (int i = 0; lanes && i < N_LANE_CATS; i++) {
+        PyObject *t = Py_BuildValue("(si)", LANE_CATS[i].cat, LANE_CATS[i].lane);
+        if (!t) {
+            Py_CLEAR(lanes);
+            break;
+        }
+        PyTuple_SET_ITEM(lanes, i, t);
+    }
+    if (!lanes || PyModule_AddObject(m, "LANES", lanes)) {
+        Py_XDECREF(lanes);
         Py_DECREF(m);
         return NULL;
     }

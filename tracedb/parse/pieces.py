@@ -32,7 +32,7 @@ from typing import Iterator
 import ijson
 import pyarrow as pa
 
-from ..schema import ARG_COLUMNS, EVENT_SCHEMA, FLOW_SCHEMA
+from ..schema import ARG_COLUMNS, EVENT_LANES, EVENT_SCHEMA, FLOW_SCHEMA, by_lane
 from .reader import TraceMeta, TraceParser, digits_lifted, drop_bad_span, value_warnings
 from .source import BOM, READ_ERRORS, open_trace
 
@@ -43,6 +43,8 @@ except ImportError:  # not compiled (no C compiler at install): Python only
 else:
     if _fastparse.ARG_KEYS != tuple((key, str(typ)) for key, (_col, typ) in ARG_COLUMNS.items()):
         raise ImportError("tracedb/parse/_fastparse.c does not list schema.ARG_COLUMNS; rebuild it (pip install -e .)")
+    if dict(_fastparse.LANES) != EVENT_LANES:
+        raise ImportError("tracedb/parse/_fastparse.c does not list schema.EVENT_LANES; rebuild it (pip install -e .)")
 
 PIECE_BYTES = 4 << 20
 _HEAD_LIMIT = 64 << 20
@@ -69,6 +71,9 @@ class PieceResult:
     """What a parsed piece produced (batches, and its share of the meta)."""
 
     batches: list[tuple[str, pa.RecordBatch]] = field(default_factory=list)
+    # The events' rows (its events batches one after the other) as runs of
+    # one lane each: (lane, rows), each run in event order (schema.EVENT_LANES).
+    event_lanes: list[tuple[int, int]] = field(default_factory=list)
     json_event_count: int = 0
     event_count: int = 0
     flow_count: int = 0
@@ -268,7 +273,11 @@ def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceR
         batches = list(p.flush())
     except RecursionError:  # args nested too deeply to write: the whole-file read says where
         raise NotSplittable(f"piece {piece.number}: nested too deeply") from None
-    res = PieceResult(batches, json_event_count=len(evs), event_count=m.event_count, flow_count=m.flow_count,
+    # The events by lane, as the C reader gives them (a copy; this path is rare).
+    lanes = [(lane, rows) for table, batch in batches if table == "events" for lane, rows in by_lane(batch)]
+    batches = [*(("events", rows) for _lane, rows in lanes), *((t, b) for t, b in batches if t != "events")]
+    res = PieceResult(batches, event_lanes=[(lane, rows.num_rows) for lane, rows in lanes],
+                      json_event_count=len(evs), event_count=m.event_count, flow_count=m.flow_count,
                       counter_count=m.counter_count, skipped_count=m.skipped_count,
                       ts_min_ns=m.ts_min_ns, ts_max_ns=m.ts_max_ns)
     res.surrogates, res.out_of_range = p.sanitized()
@@ -284,16 +293,20 @@ def _convert_c(data: bytes | memoryview, piece: Piece) -> PieceResult | None:
     out = _fastparse.parse(data, piece.base)
     if isinstance(out, str):  # why it declined
         return None
-    count, events, flows, span = out
+    count, lanes, flows, span = out
     if count != piece.count:
         raise NotSplittable(f"piece {piece.number}: {count} events, expected {piece.count}")
     res = PieceResult(json_event_count=count)
-    for table, schema, cols in (("events", EVENT_SCHEMA, events), ("flows", FLOW_SCHEMA, flows)):
+    # The events a batch for each lane (its own buffers), in lane order.
+    for table, schema, cols, lane in [*(("events", EVENT_SCHEMA, cols, lane) for lane, cols in enumerate(lanes)),
+                                      ("flows", FLOW_SCHEMA, flows, None)]:
         n = len(cols[0][2]) // 8  # event_id's values
         if n:
             arrays = [_from_buffers(f.type, n, col) for f, col in zip(schema, cols)]
             res.batches.append((table, pa.RecordBatch.from_arrays(arrays, schema=schema)))
-    res.event_count = len(events[0][2]) // 8
+            if lane is not None:
+                res.event_lanes.append((lane, n))
+    res.event_count = sum(rows for _lane, rows in res.event_lanes)
     res.flow_count = len(flows[0][2]) // 8
     if span is not None:
         _widen(res, *span)
