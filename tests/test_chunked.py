@@ -387,15 +387,16 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     assert db.sql("SELECT ts_ns FROM events WHERE name = 'step3'").fetchall() == [(15_000_000 + 1_000_000_000,)]
     (path,) = (tmp_path / "wh" / "events").rglob("*.parquet")
     f = pq.ParquetFile(path)
-    # Row groups of one lane each: the 400 CPU ops in four, then the rest
-    # (21 annotations, 20 events without a phase); each lane in event_id order.
+    # Row groups of one lane each, lane after lane: the rest (21 annotations,
+    # 20 events without a phase), then the 400 CPU ops in four; each lane in
+    # event_id order.
     groups = [f.read_row_group(i, columns=["event_id", "cat"]).to_pydict() for i in range(f.num_row_groups)]
-    assert [len(g["event_id"]) for g in groups] == [100, 100, 100, 100, 41]
-    assert all(set(g["cat"]) == {"cpu_op"} for g in groups[:4])
-    assert set(groups[4]["cat"]) == {"user_annotation", None}
-    ops = [i for g in groups[:4] for i in g["event_id"]]
-    assert ops == sorted(ops) and groups[4]["event_id"] == sorted(groups[4]["event_id"])
-    ids = ops + groups[4]["event_id"]
+    assert [len(g["event_id"]) for g in groups] == [41, 100, 100, 100, 100]
+    assert set(groups[0]["cat"]) == {"user_annotation", None}
+    assert all(set(g["cat"]) == {"cpu_op"} for g in groups[1:])
+    ops = [i for g in groups[1:] for i in g["event_id"]]
+    assert ops == sorted(ops) and groups[0]["event_id"] == sorted(groups[0]["event_id"])
+    ids = groups[0]["event_id"] + ops
     assert len(ids) == len(set(ids)) == len(evs) - 20 == 441
 
 

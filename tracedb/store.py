@@ -338,6 +338,10 @@ def _read_staged(path: Path, columns: list[str] | None = None) -> pa.Table:
 
 
 FINAL_ROW_GROUP = 122_880
+# and at most this much in memory (Arrow's bytes), so that a row group of
+# kernels is about as large as one of CPU ops: the writer holds one and
+# finalize makes the next.
+FINAL_ROW_GROUP_BYTES = 48 << 20
 
 
 # Text every row has, in rows in event order: a row group's least and
@@ -452,45 +456,53 @@ def _ahead(items: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield item
 
 
-def _row_groups(batches: Iterator[tuple[int, pa.RecordBatch]], size: int) -> Iterator[tuple[int, pa.Table]]:
-    """Each lane's batches as tables of ``size`` rows (its last one
-    shorter), with their lane: the writer's unit, so that it can be made
-    ahead whole (a piece's batches are a tenth of a row group), and a row
-    group holds one lane (schema.EVENT_LANES). Held meanwhile: less than a
-    row group of each lane."""
-    held: dict[int, tuple[list[pa.RecordBatch], int]] = {}
+def _row_groups(batches: Iterator[tuple[int, pa.RecordBatch]], size: int,
+                max_bytes: int) -> Iterator[tuple[int, pa.Table]]:
+    """The batches, which come lane after lane, as tables of ``size`` rows,
+    or fewer where they reach ``max_bytes`` first (the kernels' rows, long
+    names and args, are twice the CPU ops'), with their lane (a lane's last
+    table shorter): the writer's unit, so that it can be made ahead whole
+    (a piece's batches are a tenth of a row group), each of one lane
+    (schema.EVENT_LANES)."""
+    kept: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+    at = None
     for lane, batch in batches:
-        kept, rows = held.get(lane, ([], 0))
+        if lane != at and rows:
+            yield at, pa.Table.from_batches(kept)
+            kept, rows, nbytes = [], 0, 0
+        at = lane
         kept.append(batch)
         rows += batch.num_rows
+        nbytes += batch.nbytes
         if rows >= size:
             table = pa.Table.from_batches(kept)
             full = rows - rows % size
             for start in range(0, full, size):
-                yield lane, table.slice(start, size)
+                yield at, table.slice(start, size)
             rest = table.slice(full)
-            kept, rows = rest.to_batches(), rest.num_rows
-        held[lane] = (kept, rows)
-    for lane in sorted(held):
-        kept, rows = held[lane]
-        if rows:
-            yield lane, pa.Table.from_batches(kept)
+            kept, rows, nbytes = rest.to_batches(), rest.num_rows, rest.nbytes
+        elif nbytes >= max_bytes:
+            yield at, pa.Table.from_batches(kept)
+            kept, rows, nbytes = [], 0, 0
+    if rows:
+        yield at, pa.Table.from_batches(kept)
 
 
+# A piece's staged events file lists the lane of each of its batches
+# (write_part), for finalize to read one lane of each piece at a time.
 _LANES_KEY = b"tracedb.lanes"
 
 
-def _lane_batches(rows: pa.Table) -> Iterator[tuple[int, pa.Table]]:
-    """A piece's staged events by lane, each lane's in event_id order: its
-    runs of one lane (write_part) sliced, not copied."""
-    runs: dict[int, list[pa.Table]] = {}
-    at = 0
-    for lane, n in json.loads(rows.schema.metadata[_LANES_KEY]):
-        runs.setdefault(lane, []).append(rows.slice(at, n))
-        at += n
-    assert at == rows.num_rows, (at, rows.num_rows)
-    for lane in sorted(runs):
-        yield lane, _in_id_order(pa.concat_tables(runs[lane]))
+def _read_lane(path: Path, lane: int) -> pa.Table | None:
+    """A piece's staged events of one lane (only its batches read), or
+    None where the piece has none."""
+    with pa.OSFile(str(path)) as source:
+        reader = ipc.open_file(source, options=_PIECE_READ)
+        lanes = json.loads(reader.schema.metadata[_LANES_KEY])
+        assert len(lanes) == reader.num_record_batches, (path, lanes)
+        batches = [reader.get_batch(i) for i, of in enumerate(lanes) if of == lane]
+    return pa.Table.from_batches(batches, schema=reader.schema) if batches else None
 
 
 def _in_id_order(rows: pa.Table) -> pa.Table:
@@ -594,7 +606,7 @@ class TraceWriter:
         dst = self.dir / f"{table}.parquet"
         schema = FINAL_SCHEMAS[table]
         with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
-            groups = _row_groups(self._in_lanes(table, sources), FINAL_ROW_GROUP)
+            groups = _row_groups(self._in_lanes(table, sources), FINAL_ROW_GROUP, FINAL_ROW_GROUP_BYTES)
             for rows in _ahead(_final_rows(rows, schema, self.file_id, shift_ns, children[lane])
                                for lane, rows in groups):
                 w.write_table(rows, row_group_size=FINAL_ROW_GROUP)
@@ -634,26 +646,37 @@ class TraceWriter:
         return con
 
     def _in_lanes(self, table: str, sources: list[Path]) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """A table's staged rows as (lane, batch), each lane's in event_id
-        order (the events' lanes: schema.EVENT_LANES; the other tables have
-        one). Pieces (parse/pieces.py) cover consecutive event_id ranges, in
-        part order: each is sorted on its own. The streaming parser's file
-        (a B/E pair is written at its E) takes an external sort."""
-        if self._tables:  # the streaming parser's: lanes mixed, in event_id order
-            for rows in self._sorted(table, sources):
-                yield from (by_lane(rows) if table == "events" else [(0, rows)])
-            return
-        for part in sources:
-            rows = _read_staged(part)
-            for lane, lane_rows in _lane_batches(rows) if table == "events" else [(0, _in_id_order(rows))]:
-                for batch in lane_rows.to_batches():
-                    yield lane, batch
+        """A table's staged rows as (lane, batch), lane after lane (the
+        events' lanes: schema.EVENT_LANES; the other tables have one), each
+        lane's in event_id order. Pieces (parse/pieces.py) cover consecutive
+        event_id ranges, in part order: each is sorted on its own, and read
+        once for each lane, so that no lane's rows wait for another's. The
+        streaming parser's file (a B/E pair is written at its E) takes an
+        external sort."""
+        if self._tables:
+            for batch in self._sorted(table, sources):
+                yield from by_lane(batch) if table == "events" else [(0, batch)]
+        elif table != "events":
+            for part in sources:
+                for batch in _in_id_order(_read_staged(part)).to_batches():
+                    yield 0, batch
+        else:
+            for lane in range(N_EVENT_LANES):
+                for part in sources:
+                    rows = _read_lane(part, lane)
+                    for batch in _in_id_order(rows).to_batches() if rows is not None else ():
+                        yield lane, batch
 
     def _sorted(self, table: str, sources: list[Path]) -> Iterator[pa.RecordBatch]:
-        """The streaming parser's staged rows in event_id order."""
+        """The streaming parser's staged rows in event_id order; the
+        events lane after lane."""
+        lanes = ""
+        if table == "events":
+            lanes = "CASE cat " + " ".join(f"WHEN {sql_literal(cat)} THEN {lane}" for cat, lane in EVENT_LANES.items())
+            lanes += " ELSE 0 END, "
         con = self._duckdb(table)
         try:
-            yield from con.sql(f"SELECT * FROM read_parquet({sql_list(sources)}) ORDER BY event_id"
+            yield from con.sql(f"SELECT * FROM read_parquet({sql_list(sources)}) ORDER BY {lanes}event_id"
                                ).to_arrow_reader(1 << 16)
         finally:
             con.close()
@@ -691,10 +714,9 @@ class TraceWriter:
 
 
 def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Warehouse | Path,
-               lanes: list[tuple[int, int]] | None = None) -> None:
+               lanes: list[int] | None = None) -> None:
     """Stage the rows of one piece of a trace (parse/pieces.py); the events'
-    with their runs of one lane (``PieceResult.event_lanes``), which
-    finalize slices."""
+    with the lane of each batch (``PieceResult.event_lanes``)."""
     schema = SCHEMAS[table]
     if lanes is not None:
         schema = schema.with_metadata({_LANES_KEY: json.dumps(lanes)})

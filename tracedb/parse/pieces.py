@@ -71,9 +71,9 @@ class PieceResult:
     """What a parsed piece produced (batches, and its share of the meta)."""
 
     batches: list[tuple[str, pa.RecordBatch]] = field(default_factory=list)
-    # The events' rows (its events batches one after the other) as runs of
-    # one lane each: (lane, rows), each run in event order (schema.EVENT_LANES).
-    event_lanes: list[tuple[int, int]] = field(default_factory=list)
+    # The lane of each of its events batches (schema.EVENT_LANES): a batch
+    # holds one lane's rows, in event order.
+    event_lanes: list[int] = field(default_factory=list)
     json_event_count: int = 0
     event_count: int = 0
     flow_count: int = 0
@@ -276,7 +276,7 @@ def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceR
     # The events by lane, as the C reader gives them (a copy; this path is rare).
     lanes = [(lane, rows) for table, batch in batches if table == "events" for lane, rows in by_lane(batch)]
     batches = [*(("events", rows) for _lane, rows in lanes), *((t, b) for t, b in batches if t != "events")]
-    res = PieceResult(batches, event_lanes=[(lane, rows.num_rows) for lane, rows in lanes],
+    res = PieceResult(batches, event_lanes=[lane for lane, _rows in lanes],
                       json_event_count=len(evs), event_count=m.event_count, flow_count=m.flow_count,
                       counter_count=m.counter_count, skipped_count=m.skipped_count,
                       ts_min_ns=m.ts_min_ns, ts_max_ns=m.ts_max_ns)
@@ -305,8 +305,8 @@ def _convert_c(data: bytes | memoryview, piece: Piece) -> PieceResult | None:
             arrays = [_from_buffers(f.type, n, col) for f, col in zip(schema, cols)]
             res.batches.append((table, pa.RecordBatch.from_arrays(arrays, schema=schema)))
             if lane is not None:
-                res.event_lanes.append((lane, n))
-    res.event_count = sum(rows for _lane, rows in res.event_lanes)
+                res.event_lanes.append(lane)
+    res.event_count = sum(len(lane[0][2]) // 8 for lane in lanes)
     res.flow_count = len(flows[0][2]) // 8
     if span is not None:
         _widen(res, *span)
