@@ -10,7 +10,8 @@ one Parquet file from the streaming parser, or one Arrow IPC file per piece
 from the split path (parse/pieces.py), which finalize reads at a quarter of
 Parquet's cost.
 ``finalize`` then makes each table's final file in one streaming pass over
-the staged rows, in event_id order: it adds ``file_id``, shifts times by
+the staged rows, in event_id order (the events lane after lane: a row
+group holds one lane, schema.EVENT_LANES): it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
 ``self_ns`` (the children's time comes from a sort of the slices in
 memory, by the C pass of _selftime.c or by numpy, or for a trace of more
@@ -572,7 +573,7 @@ class TraceWriter:
 
     def finalize(self, shift_ns: int, events: int, threads: int = 1) -> None:
         """Each table's final file: file_id, absolute times, self_ns, rows
-        in event_id order. One streaming pass per table, the small tables on
+        in event_id order (the events' in each lane). One streaming pass per table, the small tables on
         a second thread while the events' self times are computed.
         ``events``: the trace's JSON events, more than its largest event_id."""
         self.close_staged()
