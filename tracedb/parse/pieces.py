@@ -253,6 +253,8 @@ def _convert_reference(data: bytes | memoryview, piece: Piece, path: str) -> Pie
 
 
 def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceResult:
+    if b"\x0b" in data or b"\x0c" in data:  # yajl would read them as whitespace: the whole-file read says so
+        raise NotSplittable(f"piece {piece.number}: a vertical tab or form feed, which JSON allows only escaped")
     try:
         evs = list(ijson.items(io.BytesIO(b"[" + data + b"]"), "item", use_float=False))
     except (ijson.JSONError, UnicodeDecodeError, RecursionError) as e:

@@ -133,6 +133,8 @@ class _Source(io.RawIOBase):
         self._depth = depth if depth > 0 else 0
         if depth > _DEPTH_LIMIT:
             raise _TooDeep()
+        if b"\x0b" in data or b"\x0c" in data:  # yajl reads them as whitespace; JSON has them nowhere unescaped
+            raise _NotJson("a vertical tab or form feed, which JSON allows only escaped")
         if self._tail is not None and data:
             self._tail.append(data)
             self._tail_len += len(data)
@@ -309,7 +311,7 @@ class TraceParser:
                             self._set_meta(key, builder.value)
                             builder = None
                             key = None
-        except (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError):
+        except (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError, _NotJson):
             # The main pass reports the error with its position (or reads
             # past a lone surrogate escape with the tolerant reader).
             return
@@ -394,6 +396,8 @@ class TraceParser:
             why = f"invalid UTF-8 ({e.reason})"
         except _TooDeep:
             why = f"nested deeper than {_DEPTH_LIMIT} levels"
+        except _NotJson as e:
+            why = str(e)
         except RecursionError:
             raise self._error(f"event {index} is nested too deeply (over ~900 levels)",
                               f"byte {src.offset}, event {index}") from None
@@ -610,6 +614,10 @@ def _object_members(text: str, pos: int) -> list[tuple[str, Any]] | None:
 
 class _TooDeep(Exception):
     """Raised by _Source when the input nests deeper than _DEPTH_LIMIT."""
+
+
+class _NotJson(Exception):
+    """Raised by _Source for what yajl reads but JSON does not allow."""
 
 
 def _short(e: BaseException) -> str:
