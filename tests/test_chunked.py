@@ -342,6 +342,27 @@ def test_a_small_trace_takes_the_fast_path_too(tmp_path, monkeypatch):
                        sum(len(e["args"]) for e in evs if e["ph"] == "C"))]
 
 
+@pytest.mark.parametrize(("size", "max_bytes", "expected"), [
+    (6, 1 << 20, [(0, 6), (0, 1), (1, 6), (1, 6), (1, 3), (3, 2)]),  # by rows; a lane's last shorter
+    (100, 72, [(0, 7), (1, 10), (1, 5), (3, 2)]),  # by bytes: 8 an int64 row, a table ends at 72 or more
+])
+def test_finalize_row_groups_hold_one_lane(size, max_bytes, expected):
+    """finalize's row groups (store._row_groups), hand-checked: batches that
+    come lane after lane make tables of one lane each, of ``size`` rows or
+    fewer where they reach ``max_bytes`` first, the rows in the order they
+    came."""
+    from tracedb.store import _row_groups
+
+    counts = [(0, 3), (0, 4), (1, 5), (1, 5), (1, 5), (3, 2)]
+    batches, at = [], 0
+    for lane, n in counts:
+        batches.append((lane, pa.record_batch({"x": pa.array(range(at, at + n), pa.int64())})))
+        at += n
+    got = list(_row_groups(iter(batches), size, max_bytes))
+    assert [(lane, t.num_rows) for lane, t in got] == expected
+    assert [x for _, t in got for x in t.column("x").to_pylist()] == list(range(at))
+
+
 @pytest.mark.parametrize("in_memory_events", [5_000_000, 0], ids=["sorted in memory", "sorted by DuckDB"])
 def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_events):
     """Nesting that spans pieces (children written before their parents, a

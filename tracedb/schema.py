@@ -88,6 +88,7 @@ def by_lane(rows: pa.RecordBatch | pa.Table) -> list[tuple[int, pa.RecordBatch |
         return [(int(lanes[0]), rows)]
     return [(int(lane), rows.filter(pa.array(lanes == lane))) for lane in np.unique(lanes)]
 
+
 FLOW_SCHEMA = pa.schema([
     pa.field("event_id", pa.int64()),
     pa.field("ts_ns", pa.int64()),
