@@ -33,7 +33,8 @@ import ijson
 import pyarrow as pa
 
 from ..schema import ARG_COLUMNS, EVENT_LANES, EVENT_SCHEMA, FLOW_SCHEMA, by_lane
-from .reader import TraceMeta, TraceParser, digits_lifted, drop_bad_span, value_warnings
+from .reader import (YAJL_ONLY_SPACE, TraceMeta, TraceParser, digits_lifted, drop_bad_span, value_warnings,
+                     yajl_only_space)
 from .source import BOM, READ_ERRORS, open_trace
 
 try:
@@ -253,10 +254,11 @@ def _convert_reference(data: bytes | memoryview, piece: Piece, path: str) -> Pie
 
 
 def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceResult:
-    if b"\x0b" in data or b"\x0c" in data:  # yajl would read them as whitespace: the whole-file read says so
-        raise NotSplittable(f"piece {piece.number}: a vertical tab or form feed, which JSON allows only escaped")
+    text = b"[" + data + b"]"
+    if yajl_only_space(text):  # yajl would take it: the whole-file read says where
+        raise NotSplittable(f"piece {piece.number}: {YAJL_ONLY_SPACE}")
     try:
-        evs = list(ijson.items(io.BytesIO(b"[" + data + b"]"), "item", use_float=False))
+        evs = list(ijson.items(io.BytesIO(text), "item", use_float=False))
     except (ijson.JSONError, UnicodeDecodeError, RecursionError) as e:
         raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
     if len(evs) != piece.count:

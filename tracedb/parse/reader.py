@@ -133,8 +133,8 @@ class _Source(io.RawIOBase):
         self._depth = depth if depth > 0 else 0
         if depth > _DEPTH_LIMIT:
             raise _TooDeep()
-        if b"\x0b" in data or b"\x0c" in data:  # yajl reads them as whitespace; JSON has them nowhere unescaped
-            raise _NotJson("a vertical tab or form feed, which JSON allows only escaped")
+        if yajl_only_space(data):
+            raise _NotJson(YAJL_ONLY_SPACE)
         if self._tail is not None and data:
             self._tail.append(data)
             self._tail_len += len(data)
@@ -618,6 +618,16 @@ class _TooDeep(Exception):
 
 class _NotJson(Exception):
     """Raised by _Source for what yajl reads but JSON does not allow."""
+
+
+YAJL_ONLY_SPACE = "a vertical tab or form feed, which JSON allows only escaped"
+
+
+def yajl_only_space(data: bytes) -> bool:
+    """Whether ``data`` (bytes: ``in`` on a memoryview compares its items,
+    integers, and finds nothing) holds a vertical tab or a form feed, which
+    yajl reads as whitespace and JSON has nowhere unescaped."""
+    return b"\x0b" in data or b"\x0c" in data
 
 
 def _short(e: BaseException) -> str:
