@@ -50,6 +50,16 @@ def write_trace(path: Path, events: list[dict], gz: bool = False, **top) -> Path
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_home(tmp_path_factory) -> Path:
+    """The user's cache folder (where new warehouses' catalogs start from,
+    catalog._template_path): one of the session's, for it and the processes
+    it starts, never the home folder's."""
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["XDG_CACHE_HOME"] = str(path)
+    return path
+
+
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     return tmp_path / "wh"

@@ -345,3 +345,65 @@ def test_duckdb_engine_reflects_each_layer_in_its_schema(tmp_path: Path):
             assert conn.execute(sa.text("SELECT name, calls FROM hotspots")).fetchall() == [("k", 1)]
     finally:
         engine.dispose()
+
+
+def _catalog_dump(path: Path, home: Path) -> dict[str, list]:
+    """Everything a catalog holds: its views, macros and columns with their
+    SQL and comments, and every table's rows (the migrations' times left
+    out, the warehouse's own folder written as WH)."""
+    con = duckdb.connect(str(path), read_only=True)
+    here = "current_database()"
+    dump = {
+        "views": con.execute(f"SELECT schema_name, view_name, sql, comment FROM duckdb_views() "
+                             f"WHERE NOT internal AND database_name = {here}").fetchall(),
+        "macros": con.execute(f"SELECT schema_name, function_name, macro_definition, comment FROM duckdb_functions() "
+                              f"WHERE function_type = 'table_macro' AND database_name = {here}").fetchall(),
+        "columns": con.execute(f"SELECT schema_name, table_name, column_name, data_type, comment "
+                               f"FROM duckdb_columns() WHERE database_name = {here}").fetchall(),
+    }
+    for schema, table in con.execute(f"SELECT schema_name, table_name FROM duckdb_tables() "
+                                     f"WHERE database_name = {here}").fetchall():
+        rows = con.execute(f"SELECT * EXCLUDE (applied_at) FROM {schema}.{table}" if table == "schema_version"
+                           else f"SELECT * FROM {schema}.{table}").fetchall()
+        dump[f"{schema}.{table}"] = [tuple(str(v).replace(str(home), "WH") for v in row) for row in rows]
+    con.close()
+    return {k: sorted(v, key=repr) for k, v in dump.items()}
+
+
+def test_a_new_warehouse_starts_from_the_template_and_keeps_nothing_of_another(tmp_path: Path, monkeypatch):
+    """A new warehouse's catalog is a copy of the one an earlier new warehouse left in the cache
+    folder, which then holds the same as one made from nothing; none of the earlier warehouse's
+    own (its folder, its comm_patterns.csv) stays in it."""
+    from tracedb.warehouse import Warehouse
+
+    def new_warehouse(path: Path) -> Path:
+        wh = Warehouse.of(path)
+        wh.create()
+        wh.commit_empty()
+        return path / "tracedb.duckdb"
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    (tmp_path / "first").mkdir()
+    (tmp_path / "first" / "comm_patterns.csv").write_text(
+        "source,pattern,library,collective\nkernel,^myAllReduce,mylib,all_reduce\n")
+    first = new_warehouse(tmp_path / "first")
+    templates = list((cache / "tracedb").glob("empty-catalog-*.duckdb"))
+    assert len(templates) == 1
+    second = new_warehouse(tmp_path / "second")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another cache"))
+    from_nothing = new_warehouse(tmp_path / "third")
+
+    assert _catalog_dump(first, tmp_path / "first")["tracedb_meta.user_comm_patterns"] == [
+        ("1", "kernel", "^myAllReduce", "mylib", "all_reduce")]
+    assert _catalog_dump(second, tmp_path / "second") == _catalog_dump(from_nothing, tmp_path / "third")
+
+    # It is the template's copy: what the template holds, the next new warehouse has.
+    con = duckdb.connect(str(templates[0]))
+    con.execute("CREATE TABLE main.from_the_template AS SELECT 42 AS answer")
+    con.close()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    fourth = new_warehouse(tmp_path / "fourth")
+    assert duckdb.connect(str(fourth), read_only=True).execute(
+        "SELECT answer FROM main.from_the_template").fetchall() == [(42,)]

@@ -158,6 +158,61 @@ RAW_COLUMN_DOCS = {
 COMMON_COLUMNS = ("run", "rank", "phase", "file_id", "event_id", "pid", "tid", "args")
 
 
+# A new warehouse's catalog starts as a copy of one of no traces that this
+# tracedb and DuckDB made before: applying the library's views and their
+# thousand comments takes 1.3 CPU-s, the copy 0.35 s (what is the
+# warehouse's own, its path, comm_patterns.csv, tags, the views over its
+# files, every commit writes again). Kept in the user's cache folder under
+# a name that hashes DuckDB's version and every file a catalog is made
+# from; none is used or kept where that folder cannot be written.
+_TEMPLATE_PREFIX = "empty-catalog-"
+
+
+def _template_path() -> Path | None:
+    try:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracedb"
+    except RuntimeError:  # no home folder
+        return None
+    made_from = hashlib.sha256(duckdb.__version__.encode())
+    files = [*Path(__file__).resolve().parent.rglob("*.py"),
+             *resource_dir("queries").rglob("*"), *resource_dir("migrations").rglob("*")]
+    for path in sorted(f for f in files if f.is_file()):
+        made_from.update(path.name.encode() + b"\0" + path.read_bytes())
+    return root / f"{_TEMPLATE_PREFIX}{made_from.hexdigest()[:32]}.duckdb"
+
+
+def _start_from_template(catalog: Path) -> None:
+    """A new warehouse's ``catalog`` as a copy of the template, if there is
+    one (else it stays absent, and is made from nothing)."""
+    try:
+        template = _template_path()
+        if template is not None and template.exists():
+            shutil.copyfile(template, catalog)
+    except OSError:
+        catalog.unlink(missing_ok=True)
+
+
+def _keep_as_template(catalog: Path) -> None:
+    """A new ``catalog`` of no traces becomes the template, unless one is
+    kept; older templates go."""
+    try:
+        template = _template_path()
+        if template is None or template.exists():
+            return
+        template.parent.mkdir(parents=True, exist_ok=True)
+        part = template.with_name(f"{template.name}.{os.getpid()}.part")
+        try:
+            shutil.copyfile(catalog, part)
+            os.replace(part, template)
+        finally:
+            part.unlink(missing_ok=True)
+        for old in template.parent.glob(f"{_TEMPLATE_PREFIX}*.duckdb"):
+            if old != template:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 class Catalog:
     """The catalog file of one warehouse (``Warehouse.catalog``)."""
 
@@ -260,6 +315,9 @@ class Catalog:
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 raise WarehouseError(f"{self.wh}: cannot write the warehouse: {e.strerror or e}") from None
+            new = not tmp.exists()
+            if new:
+                _start_from_template(tmp)
             try:
                 con = self.wh.attach(duckdb.connect(str(tmp)))
             except duckdb.Error as e:
@@ -274,7 +332,10 @@ class Catalog:
                 self._rebuild_views(con)
                 con.execute("COMMIT")
                 con.execute("CHECKPOINT")
+                keep = new and not con.execute("SELECT count(*) FROM traces").fetchone()[0]
                 con.close()
+                if keep:
+                    _keep_as_template(tmp)
                 self._swap_in(tmp, version)
             except BaseException as e:
                 con.close()
