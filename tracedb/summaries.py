@@ -39,10 +39,17 @@ if TYPE_CHECKING:
     from .warehouse import Warehouse
 
 # A Summarizer's connection closes after a trace whose Parquet files are this
-# large: DuckDB holds the memory a trace's tables took until its connection
-# closes (after a 190 MB trace, 120-160 MiB; after a 10 MB one, about 40),
-# and binding anew (0.1 s) is little beside such a trace.
-REBIND_AFTER_BYTES = 2 << 20
+# large: DuckDB's allocator keeps what a trace's tables took until its
+# connection closes (after a 190 MB rank file, about 65 MiB more than a
+# closed one leaves; `SET allocator_flush_threshold` or its background
+# threads give none of it back). Kept, the connection is 0.15-0.18 s faster
+# on the next trace than a new one, bound again with its caches cold: that
+# rank file's summaries take 0.45 s, not 0.63. Up to 16 MB of Parquet (about
+# 400 MB of JSON), the time wins: 8 such rank files on two workers in 9.13 s,
+# not 9.66 (17.3 CPU-s, not 18.1), at a peak of 820 MiB, not 688 (medians of
+# 4, alternating). A larger trace's summaries fill DuckDB's memory_limit,
+# which would stay through the next trace's parse.
+REBIND_AFTER_BYTES = 16 << 20
 # Over one trace, file_id has one value: the views run with this stand-in,
 # which DuckDB keeps inline (strings up to 12 bytes), instead of the
 # 37-character id, compared through a pointer in every join, sort and group
