@@ -159,18 +159,20 @@ COMMON_COLUMNS = ("run", "rank", "phase", "file_id", "event_id", "pid", "tid", "
 
 
 # A new warehouse's catalog starts as a copy of one of no traces that this
-# tracedb and DuckDB made before: applying the library's views and their
-# thousand comments takes 1.3 CPU-s, the copy 0.35 s (what is the
-# warehouse's own, its path, comm_patterns.csv, tags, the views over its
-# files, every commit writes again). Kept in the user's cache folder under
-# a name that hashes DuckDB's version and every file a catalog is made
-# from; none is used or kept where that folder cannot be written.
+# tracedb and DuckDB made before: its first commit takes 1.3 CPU-s where it
+# applies the library's views and their thousand comments, 0.35 s from the
+# copy (what is the warehouse's own, its path, comm_patterns.csv, tags, the
+# views over its files, every commit writes again). Kept in the user's
+# cache folder under a name that hashes DuckDB's version and every file a
+# catalog is made from; none is used or kept where that folder cannot be
+# written.
 _TEMPLATE_PREFIX = "empty-catalog-"
 
 
 def _template_path() -> Path | None:
-    try:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracedb"
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    try:  # a relative XDG_CACHE_HOME is ignored, as the XDG spec says
+        root = (Path(cache) if os.path.isabs(cache) else Path.home() / ".cache") / "tracedb"
     except RuntimeError:  # no home folder
         return None
     made_from = hashlib.sha256(duckdb.__version__.encode())
