@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,7 +203,10 @@ def _keep_as_template(catalog: Path) -> None:
         if template is None or template.exists():
             return
         template.parent.mkdir(parents=True, exist_ok=True)
-        part = template.with_name(f"{template.name}.{os.getpid()}.part")
+        # A name of its own (two threads may keep one at once), renamed whole.
+        fd, name = tempfile.mkstemp(dir=template.parent, prefix=f"{template.name}.", suffix=".part")
+        os.close(fd)
+        part = Path(name)
         try:
             shutil.copyfile(catalog, part)
             os.replace(part, template)
