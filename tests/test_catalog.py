@@ -407,3 +407,26 @@ def test_a_new_warehouse_starts_from_the_template_and_keeps_nothing_of_another(t
     fourth = new_warehouse(tmp_path / "fourth")
     assert duckdb.connect(str(fourth), read_only=True).execute(
         "SELECT answer FROM main.from_the_template").fetchall() == [(42,)]
+
+
+def test_a_template_duckdb_cannot_open_goes_and_fails_no_warehouse(tmp_path: Path, monkeypatch):
+    """A damaged template in the cache folder: the new warehouse is made from nothing, with every
+    view, and a good template takes the damaged one's place."""
+    from tracedb.warehouse import Warehouse
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = Warehouse.of(tmp_path / "first")
+    first.create()
+    first.commit_empty()
+    [template] = (tmp_path / "cache" / "tracedb").glob("empty-catalog-*.duckdb")
+    template.write_bytes(b"not a DuckDB file" * 1000)
+
+    f = write_trace(tmp_path / "runs" / "v1" / "rank0.json", [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5},
+    ])
+    report = tracedb.open(tmp_path / "second").ingest([f], jobs=1)
+    assert [r.status for r in report.results] == ["ok"]
+    con = duckdb.connect(str(tmp_path / "second" / "tracedb.duckdb"), read_only=True)
+    assert con.execute("SELECT name, calls FROM hotspots").fetchall() == [("k", 1)]
+    assert duckdb.connect(str(template), read_only=True).execute(
+        "SELECT count(*) FROM tracedb_meta.tracedb_views").fetchone()[0] > 50

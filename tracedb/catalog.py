@@ -186,13 +186,18 @@ def _template_path() -> Path | None:
 
 def _start_from_template(catalog: Path) -> None:
     """A new warehouse's ``catalog`` as a copy of the template, if there is
-    one (else it stays absent, and is made from nothing)."""
+    one (else it stays absent, and is made from nothing). A template DuckDB
+    cannot open goes, so that it fails no warehouse."""
+    template = None
     try:
         template = _template_path()
         if template is not None and template.exists():
             shutil.copyfile(template, catalog)
-    except OSError:
+            duckdb.connect(str(catalog)).close()
+    except (OSError, duckdb.Error) as e:
         catalog.unlink(missing_ok=True)
+        if isinstance(e, duckdb.Error) and template is not None:
+            template.unlink(missing_ok=True)
 
 
 def _keep_as_template(catalog: Path) -> None:
