@@ -184,20 +184,18 @@ def _template_path() -> Path | None:
     return root / f"{_TEMPLATE_PREFIX}{made_from.hexdigest()[:32]}.duckdb"
 
 
-def _start_from_template(catalog: Path) -> None:
+def _start_from_template(catalog: Path) -> Path | None:
     """A new warehouse's ``catalog`` as a copy of the template, if there is
-    one (else it stays absent, and is made from nothing). A template DuckDB
-    cannot open goes, so that it fails no warehouse."""
-    template = None
+    one (else it stays absent, and is made from nothing); returns the
+    template copied."""
     try:
         template = _template_path()
         if template is not None and template.exists():
             shutil.copyfile(template, catalog)
-            duckdb.connect(str(catalog)).close()
-    except (OSError, duckdb.Error) as e:
+            return template
+    except OSError:
         catalog.unlink(missing_ok=True)
-        if isinstance(e, duckdb.Error) and template is not None:
-            template.unlink(missing_ok=True)
+    return None
 
 
 def _keep_as_template(catalog: Path) -> None:
@@ -327,13 +325,7 @@ class Catalog:
                 tmp.unlink(missing_ok=True)
                 raise WarehouseError(f"{self.wh}: cannot write the warehouse: {e.strerror or e}") from None
             new = not tmp.exists()
-            if new:
-                _start_from_template(tmp)
-            try:
-                con = self.wh.attach(duckdb.connect(str(tmp)))
-            except duckdb.Error as e:
-                tmp.unlink(missing_ok=True)
-                raise WarehouseError(f"{self.path}: cannot open the catalog: {e}") from None
+            con = self._open_copy(tmp, _start_from_template(tmp) if new else None)
             try:
                 migrate(con, load_migrations())
                 yield con
@@ -356,6 +348,19 @@ class Catalog:
                     raise WarehouseError(f"{self.wh}: cannot write the catalog: "
                                          f"{getattr(e, 'strerror', None) or str(e).splitlines()[0]}") from None
                 raise
+
+    def _open_copy(self, tmp: Path, template: Path | None) -> duckdb.DuckDBPyConnection:
+        """The writer's copy, opened. One copied from a template that DuckDB
+        cannot open is made from nothing, and the template goes, so that a
+        damaged cache fails no warehouse."""
+        try:
+            return self.wh.attach(duckdb.connect(str(tmp)))
+        except duckdb.Error as e:
+            tmp.unlink(missing_ok=True)
+            if template is None:
+                raise WarehouseError(f"{self.path}: cannot open the catalog: {e}") from None
+        template.unlink(missing_ok=True)
+        return self._open_copy(tmp, None)
 
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:
         from . import tags
