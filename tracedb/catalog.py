@@ -171,39 +171,38 @@ _TEMPLATE_PREFIX = "empty-catalog-"
 
 
 def _template_path() -> Path | None:
+    """Where this tracedb and DuckDB keep the template; None where there is
+    no home folder or the files to hash cannot be read."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
     try:  # a relative XDG_CACHE_HOME is ignored, as the XDG spec says
         root = (Path(cache) if os.path.isabs(cache) else Path.home() / ".cache") / "tracedb"
-    except RuntimeError:  # no home folder
+        made_from = hashlib.sha256(duckdb.__version__.encode())
+        files = [*Path(__file__).resolve().parent.rglob("*.py"),
+                 *resource_dir("queries").rglob("*"), *resource_dir("migrations").rglob("*")]
+        for path in sorted(f for f in files if f.is_file()):
+            made_from.update(path.name.encode() + b"\0" + path.read_bytes())
+    except (RuntimeError, OSError):  # RuntimeError: no home folder
         return None
-    made_from = hashlib.sha256(duckdb.__version__.encode())
-    files = [*Path(__file__).resolve().parent.rglob("*.py"),
-             *resource_dir("queries").rglob("*"), *resource_dir("migrations").rglob("*")]
-    for path in sorted(f for f in files if f.is_file()):
-        made_from.update(path.name.encode() + b"\0" + path.read_bytes())
     return root / f"{_TEMPLATE_PREFIX}{made_from.hexdigest()[:32]}.duckdb"
 
 
-def _start_from_template(catalog: Path) -> Path | None:
-    """A new warehouse's ``catalog`` as a copy of the template, if there is
-    one (else it stays absent, and is made from nothing); returns the
-    template copied."""
+def _start_from_template(catalog: Path, template: Path) -> bool:
+    """A new warehouse's ``catalog`` as a copy of ``template``, if there is
+    one (else it stays absent, and is made from nothing); whether it is."""
     try:
-        template = _template_path()
-        if template is not None and template.exists():
+        if template.exists():
             shutil.copyfile(template, catalog)
-            return template
+            return True
     except OSError:
         catalog.unlink(missing_ok=True)
-    return None
+    return False
 
 
-def _keep_as_template(catalog: Path) -> None:
-    """A new ``catalog`` of no traces becomes the template, unless one is
+def _keep_as_template(catalog: Path, template: Path) -> None:
+    """A new ``catalog`` of no traces becomes ``template``, unless one is
     kept; older templates go."""
     try:
-        template = _template_path()
-        if template is None or template.exists():
+        if template.exists():
             return
         template.parent.mkdir(parents=True, exist_ok=True)
         # A name of its own (two threads may keep one at once), renamed whole.
@@ -324,8 +323,10 @@ class Catalog:
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 raise WarehouseError(f"{self.wh}: cannot write the warehouse: {e.strerror or e}") from None
-            new = not tmp.exists()
-            con = self._open_copy(tmp, _start_from_template(tmp) if new else None)
+            # A new warehouse's template (hashed once, for its copy and its keeping).
+            template = None if tmp.exists() else _template_path()
+            seeded = template is not None and _start_from_template(tmp, template)
+            con = self._open_copy(tmp, template if seeded else None)
             try:
                 migrate(con, load_migrations())
                 yield con
@@ -335,10 +336,10 @@ class Catalog:
                 self._rebuild_views(con)
                 con.execute("COMMIT")
                 con.execute("CHECKPOINT")
-                keep = new and not con.execute("SELECT count(*) FROM traces").fetchone()[0]
+                keep = template is not None and not con.execute("SELECT count(*) FROM traces").fetchone()[0]
                 con.close()
                 if keep:
-                    _keep_as_template(tmp)
+                    _keep_as_template(tmp, template)
                 self._swap_in(tmp, version)
             except BaseException as e:
                 con.close()
