@@ -164,28 +164,64 @@ def test_reading_commands_do_not_load_the_writing_side(wh: str):
     assert "total_us" in view
 
 
-# In a fresh interpreter: ingest, then the allocator pyarrow took.
+# In a fresh interpreter: ingest, then the allocator pyarrow took, and how
+# many heaps glibc has once eight more threads have each allocated (glibc's
+# own report, malloc_info); without a limit each thread would get its own.
 _INGEST_ALLOCATOR = """
-import json, os, sys
+import ctypes, json, os, re, sys, tempfile, threading
 from click.testing import CliRunner
 from tracedb.cli import main
 res = CliRunner().invoke(main, ["-w", sys.argv[1], "ingest", sys.argv[2]])
 import pyarrow
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+start = threading.Barrier(8)
+def allocate():
+    start.wait()
+    libc.malloc(1 << 16)
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+report = os.path.join(tempfile.mkdtemp(), "malloc_info.xml")
+fp = libc.fopen(report.encode(), b"w")
+libc.malloc_info(0, fp)
+libc.fclose(fp)
 print(json.dumps({"code": res.exit_code, "pool": pyarrow.default_memory_pool().backend_name,
-                  "env": os.environ.get("ARROW_DEFAULT_MEMORY_POOL")}))
+                  "env": os.environ.get("ARROW_DEFAULT_MEMORY_POOL"),
+                  "arenas_env": os.environ.get("MALLOC_ARENA_MAX"),
+                  "heaps": len(re.findall(r'<heap nr=', open(report).read()))}))
 """
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
 @pytest.mark.parametrize("user_value, expected", [(None, "system"), ("mimalloc", "mimalloc")])
 def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path, user_value, expected):
     write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX")}
     if user_value:
         env["ARROW_DEFAULT_MEMORY_POOL"] = user_value
     res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs")],
                          capture_output=True, text=True, check=True, env=env)
-    # set in the environment, so the worker processes it spawns take it too
-    assert json.loads(res.stdout) == {"code": 0, "pool": expected, "env": expected}
+    # set in the environment, so the worker processes it spawns take them too
+    got = json.loads(res.stdout)
+    assert (got["code"], got["pool"], got["env"]) == (0, expected, expected)
+    assert got["arenas_env"] == "2"
+    # this process read its environment before the ingest set it: told through mallopt
+    assert got["heaps"] == 2
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
+def test_ingest_leaves_a_users_own_arena_count(tmp_path: Path):
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    env = {**os.environ, "MALLOC_ARENA_MAX": "5"}
+    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs")],
+                         capture_output=True, text=True, check=True, env=env)
+    got = json.loads(res.stdout)
+    assert (got["code"], got["arenas_env"], got["heaps"]) == (0, "5", 5)
 
 
 @pytest.mark.parametrize("command", sorted(main.commands))
