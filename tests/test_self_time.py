@@ -200,3 +200,21 @@ def test_the_c_pass_checks_its_arrays():
     assert _selftime.child_sums(np.array([2, 0, 1], np.int64), code, ts, dur, child_ns, has) is True
     # three slices at 0 of 1 ns, tied: each the parent of the next by event_id
     assert child_ns.tolist() == [1, 1, 0] and has.tolist() == [True, True, False]
+
+
+def test_the_child_sums_window_lets_go_of_what_it_passed():
+    # 1M parents in batches of 2^16, as finalize reads them, held nowhere else
+    n = 1 << 20
+
+    def batches():
+        for start in range(0, n, 1 << 16):
+            ids = np.arange(start, start + (1 << 16), dtype=np.int64)
+            yield pa.record_batch([pa.array(ids * 2), pa.array(ids)], names=["parent_id", "child_ns"])
+
+    before = pa.total_allocated_bytes()
+    children = store._Children(batches())
+    # one row group whose ids span every parent: the window is all 16 MiB of them
+    got = children.take(pa.array([0, 1, 2 * (n - 1)], pa.int64()))
+    assert got.to_pylist() == [0, None, n - 1]
+    # a lane's last rows: the window it read must not stay for the lanes after it
+    assert pa.total_allocated_bytes() - before < 1 << 20
