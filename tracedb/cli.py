@@ -136,8 +136,8 @@ def _allocators_for_ingest() -> None:
     4.4 GB trace's finalize the process kept 200-270 MiB (135-150 after the
     parse), and the summaries' 256 MB came on top. With two heaps it keeps
     145-166, and the peak is 58 MiB lower (a 1.1 GB trace: 25); the 1.1 GB
-    trace takes the same time, the 4.4 GB one 1-9% more in three sets of
-    runs (docs/performance.md). This process read its environment at
+    trace takes the same time, a 4.4 GB one 0-9% more in five sets of runs
+    (docs/performance.md). This process read its environment at
     start: it is told through mallopt, before its threads make heaps of
     their own."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
