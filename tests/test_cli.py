@@ -168,7 +168,7 @@ def test_reading_commands_do_not_load_the_writing_side(wh: str):
 # many heaps glibc has once eight more threads have each allocated (glibc's
 # own report, malloc_info); without a limit each thread would get its own.
 _INGEST_ALLOCATOR = """
-import ctypes, json, os, re, sys, tempfile, threading
+import ctypes, json, os, re, sys, threading
 from click.testing import CliRunner
 from tracedb.cli import main
 res = CliRunner().invoke(main, ["-w", sys.argv[1], "ingest", sys.argv[2]])
@@ -186,7 +186,7 @@ def allocate():
 threads = [threading.Thread(target=allocate) for _ in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
-report = os.path.join(tempfile.mkdtemp(), "malloc_info.xml")
+report = sys.argv[3]
 fp = libc.fopen(report.encode(), b"w")
 libc.malloc_info(0, fp)
 libc.fclose(fp)
@@ -204,8 +204,8 @@ def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX")}
     if user_value:
         env["ARROW_DEFAULT_MEMORY_POOL"] = user_value
-    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs")],
-                         capture_output=True, text=True, check=True, env=env)
+    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs"),
+                          str(tmp_path / "malloc_info.xml")], capture_output=True, text=True, check=True, env=env)
     # set in the environment, so the worker processes it spawns take them too
     got = json.loads(res.stdout)
     assert (got["code"], got["pool"], got["env"]) == (0, expected, expected)
@@ -218,8 +218,8 @@ def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path
 def test_ingest_leaves_a_users_own_arena_count(tmp_path: Path):
     write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
     env = {**os.environ, "MALLOC_ARENA_MAX": "5"}
-    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs")],
-                         capture_output=True, text=True, check=True, env=env)
+    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs"),
+                          str(tmp_path / "malloc_info.xml")], capture_output=True, text=True, check=True, env=env)
     got = json.loads(res.stdout)
     assert (got["code"], got["arenas_env"], got["heaps"]) == (0, "5", 5)
 

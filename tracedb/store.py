@@ -402,13 +402,13 @@ class _Children:
             self._ids = pa.concat_arrays([self._ids, b.column(0)])
             self._ns = pa.concat_arrays([self._ns, b.column(1)])
         upto = int(np.searchsorted(self._ids.to_numpy(), hi, "right"))
+        if upto == 0:
+            return pa.nulls(len(event_ids), pa.int64())
         ids, ns = self._ids.slice(0, upto).to_numpy(), self._ns.slice(0, upto).to_numpy()
         # The rest (within the last batch read) is copied: a slice would keep
         # the whole window's buffers, to the end of finalize after a lane's
         # last rows (a 4.4 GB trace's first lane: 56 MiB, for no rows).
         self._ids, self._ns = pa.concat_arrays([self._ids.slice(upto)]), pa.concat_arrays([self._ns.slice(upto)])
-        if upto == 0:
-            return pa.nulls(len(event_ids), pa.int64())
         # both ascending: a binary search, not a hash table of the window
         want = event_ids.to_numpy()
         at = np.minimum(np.searchsorted(ids, want), upto - 1)
