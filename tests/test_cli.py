@@ -197,17 +197,22 @@ print(json.dumps({"code": res.exit_code, "pool": pyarrow.default_memory_pool().b
 """
 
 
+def _ingest_allocators(tmp_path: Path, env: dict[str, str]) -> dict:
+    """_INGEST_ALLOCATOR's answer, in a fresh interpreter with ``env``."""
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
+    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs"),
+                          str(tmp_path / "malloc_info.xml")], capture_output=True, text=True, check=True, env=env)
+    return json.loads(res.stdout)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
 @pytest.mark.parametrize("user_value, expected", [(None, "system"), ("mimalloc", "mimalloc")])
 def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path, user_value, expected):
-    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
     env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX")}
     if user_value:
         env["ARROW_DEFAULT_MEMORY_POOL"] = user_value
-    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs"),
-                          str(tmp_path / "malloc_info.xml")], capture_output=True, text=True, check=True, env=env)
     # set in the environment, so the worker processes it spawns take them too
-    got = json.loads(res.stdout)
+    got = _ingest_allocators(tmp_path, env)
     assert (got["code"], got["pool"], got["env"]) == (0, expected, expected)
     assert got["arenas_env"] == "2"
     # this process read its environment before the ingest set it: told through mallopt
@@ -216,11 +221,7 @@ def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
 def test_ingest_leaves_a_users_own_arena_count(tmp_path: Path):
-    write_trace(tmp_path / "runs" / "v1" / "rank0.json", EVENTS)
-    env = {**os.environ, "MALLOC_ARENA_MAX": "5"}
-    res = subprocess.run([sys.executable, "-c", _INGEST_ALLOCATOR, str(tmp_path / "wh"), str(tmp_path / "runs"),
-                          str(tmp_path / "malloc_info.xml")], capture_output=True, text=True, check=True, env=env)
-    got = json.loads(res.stdout)
+    got = _ingest_allocators(tmp_path, {**os.environ, "MALLOC_ARENA_MAX": "5"})
     assert (got["code"], got["arenas_env"], got["heaps"]) == (0, "5", 5)
 
 
