@@ -193,6 +193,7 @@ libc.fclose(fp)
 print(json.dumps({"code": res.exit_code, "pool": pyarrow.default_memory_pool().backend_name,
                   "env": os.environ.get("ARROW_DEFAULT_MEMORY_POOL"),
                   "arenas_env": os.environ.get("MALLOC_ARENA_MAX"),
+                  "tunables_env": os.environ.get("GLIBC_TUNABLES"),
                   "heaps": len(re.findall(r'<heap nr=', open(report).read()))}))
 """
 
@@ -208,21 +209,35 @@ def _ingest_allocators(tmp_path: Path, env: dict[str, str]) -> dict:
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
 @pytest.mark.parametrize("user_value, expected", [(None, "system"), ("mimalloc", "mimalloc")])
 def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path, user_value, expected):
-    env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
     if user_value:
         env["ARROW_DEFAULT_MEMORY_POOL"] = user_value
     # set in the environment, so the worker processes it spawns take them too
     got = _ingest_allocators(tmp_path, env)
     assert (got["code"], got["pool"], got["env"]) == (0, expected, expected)
     assert got["arenas_env"] == "2"
+    assert got["tunables_env"] == "glibc.malloc.hugetlb=1"
     # this process read its environment before the ingest set it: told through mallopt
     assert got["heaps"] == 2
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
 def test_ingest_leaves_a_users_own_arena_count(tmp_path: Path):
-    got = _ingest_allocators(tmp_path, {**os.environ, "MALLOC_ARENA_MAX": "5"})
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    got = _ingest_allocators(tmp_path, {**env, "MALLOC_ARENA_MAX": "5"})
     assert (got["code"], got["arenas_env"], got["heaps"]) == (0, "5", 5)
+    assert got["tunables_env"] == "glibc.malloc.hugetlb=1"  # huge pages all the same
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's tunables")
+@pytest.mark.parametrize("user_value, expected", [
+    ("glibc.malloc.tcache_count=0", "glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1"),  # added to
+    ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),  # the user's choice stands
+])
+def test_ingest_adds_huge_pages_to_a_users_glibc_tunables(tmp_path: Path, user_value, expected):
+    got = _ingest_allocators(tmp_path, {**os.environ, "GLIBC_TUNABLES": user_value})
+    assert (got["code"], got["tunables_env"]) == (0, expected)
 
 
 @pytest.mark.parametrize("command", sorted(main.commands))
