@@ -190,7 +190,7 @@ def _never() -> bool:
 
 def _unless_stopped(items: Iterator, stop: Callable[[], bool]) -> Iterator:
     """``items``, raising Stopped before the next one once ``stop()`` is
-    true. It keeps no reference to an item it gave: a 4 MB piece is freed
+    true. It keeps no reference to an item it gave: a piece is freed
     as soon as the caller lets go of it."""
     items = iter(items)
     while True:

@@ -47,7 +47,13 @@ else:
     if dict(_fastparse.LANES) != EVENT_LANES:
         raise ImportError("tracedb/parse/_fastparse.c does not list schema.EVENT_LANES; rebuild it (pip install -e .)")
 
-PIECE_BYTES = 4 << 20
+# A piece is parsed, staged (one IPC file a table) and sorted on its own,
+# and finalize reads each piece once a lane: every piece costs a file, its
+# batches and their lz4 frames, whatever its size. At 8 MB, not 4, a 1.1 GB
+# trace takes 9% less CPU, a 4.4 GB one 15% and a rank file of 189 MB 6%,
+# at the same peak (benchmarks/ab.py, docs/performance.md); at 16 MB the
+# 4.4 GB trace's peak came within 1 MiB of its 500 MB.
+PIECE_BYTES = 8 << 20
 _HEAD_LIMIT = 64 << 20
 _READ_BYTES = 4 << 20
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[(\s*)\{')
@@ -102,9 +108,9 @@ def _read(f: io.BufferedIOBase, n: int) -> bytes:
 def count_events(data: bytes, sep: bytes) -> int:
     """How many times ``sep`` (a newline, an indent, ``{``) occurs in
     ``data``: the events that start in it. Occurrences cannot overlap (the
-    newline is only first). The C reader's count takes 0.36 ms for a 4 MB
-    piece, numpy's compares 1.9 and ``bytes.count`` 3.2, on the thread
-    that feeds the parsers (without the C reader, ``bytes.count``)."""
+    newline is only first). The C reader's count takes 0.36 ms for 4 MB,
+    numpy's compares 1.9 and ``bytes.count`` 3.2, on the thread that feeds
+    the parsers (without the C reader, ``bytes.count``)."""
     if _fastparse is not None:
         return _fastparse.count(data, sep)
     return data.count(sep)
@@ -240,7 +246,7 @@ def decline_reason(piece: Piece) -> str | None:
 
 def _events_text(piece: Piece) -> bytes | memoryview:
     """The piece's events, without the comma after the last (a view: the
-    piece's 4 MB are not copied)."""
+    piece's bytes are not copied)."""
     data = piece.data.rstrip()
     return memoryview(data)[:-1] if data.endswith(b",") else data
 
