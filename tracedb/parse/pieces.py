@@ -51,8 +51,9 @@ else:
 # and finalize reads each piece once a lane: every piece costs a file, its
 # batches and their lz4 frames, whatever its size. At 8 MB, not 4, a 1.1 GB
 # trace takes 9% less CPU, a 4.4 GB one 15% and a rank file of 189 MB 6%,
-# at the same peak (benchmarks/ab.py, docs/performance.md); at 16 MB the
-# 4.4 GB trace's peak came within 1 MiB of its 500 MB.
+# with the peak within its run-to-run spread (benchmarks/ab.py,
+# docs/performance.md); at 16 MB the 4.4 GB trace's peak came within 1 MiB
+# of its 500 MB.
 PIECE_BYTES = 8 << 20
 _HEAD_LIMIT = 64 << 20
 _READ_BYTES = 4 << 20
