@@ -4,6 +4,9 @@ v1/ (2 ranks), v2/ (2 ranks), infer/{prefill,decode}/."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -200,9 +203,6 @@ def test_parallel_jobs_give_the_same_warehouse(runs: Path, tmp_path: Path):
 
 
 def test_catalog_opens_read_only_from_another_directory(runs: Path, warehouse: Path, tmp_path: Path):
-    import subprocess
-    import sys
-
     tracedb.open(warehouse).ingest([runs], jobs=1)
     code = (
         "import duckdb, sys\n"
@@ -273,3 +273,39 @@ def test_empty_warehouse_views_answer(tmp_path: Path):
     assert db.query("hotspots").fetchall() == []
     con = duckdb.connect(str(tmp_path / "wh" / "tracedb.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM traces WHERE status = 'failed'").fetchone() == (1,)
+
+
+_FREED_HEAP = """
+import ctypes, sys
+from tracedb import store
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) >> 10 for line in f if line.startswith("VmRSS"))
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+# 200 MiB in blocks of 64 KiB (under malloc's mmap threshold: from its heap),
+# every 16th kept, so that the heap cannot shrink from its top
+blocks = [libc.malloc(64 << 10) for _ in range(3200)]
+for b in blocks:
+    ctypes.memset(b, 1, 64 << 10)
+for i, b in enumerate(blocks):
+    if i % 16:
+        libc.free(ctypes.c_void_p(b))
+before = rss_mib()
+store.give_back_freed()
+print(before, rss_mib())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heaps")
+def test_the_writer_gives_the_freed_heap_back():
+    from tracedb import store
+    if store._malloc_trim is None:
+        pytest.skip("no malloc_trim in this C library")
+    out = subprocess.run([sys.executable, "-c", _FREED_HEAP], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MALLOC_ARENA_MAX": "2"})
+    before, after = map(int, out.stdout.split())
+    assert before >= 200  # the 200 MiB written, 187.5 of them freed: still held
+    assert after <= before - 150
