@@ -223,13 +223,14 @@ class _Slices:
         rows = np.flatnonzero(self.is_slice)
         code = self.code[rows]
         sizes = np.bincount(code)
-        groups: list[list[int]] = [[], []]
+        first = np.zeros(len(sizes), np.bool_)  # thread code -> in the first group
         count = [0, 0]
         for c in np.argsort(-sizes, kind="stable"):
             g = int(count[1] < count[0])
-            groups[g].append(int(c))
+            first[c] = g == 0
             count[g] += int(sizes[c])
-        return [rows[np.isin(code, g)] for g in groups if g]
+        in_first = first[code]
+        return [half for half in (rows[in_first], rows[~in_first]) if len(half)]
 
     def solve(self, rows: np.ndarray, child_ns: np.ndarray, has: np.ndarray) -> bool:
         """Each of the slices ``rows`` (whole threads) added to its parent's
