@@ -368,14 +368,21 @@ FINAL_ROW_GROUP_BYTES = 48 << 20
 # value per file: they prune by trace), as do the args' typed columns
 # (mostly NULL: theirs cost little), and cat: a row group holds one lane.
 _NO_STATISTICS = frozenset({"ph", "name", "pid", "tid", "args"})
+# Text that is mostly distinct: the flows' ids (a 1.1 GB trace's 1.5M flow
+# rows hold 1.0M ids) and the args. A dictionary page fills before a row
+# group ends and the writer falls back to plain, after hashing every value:
+# plain from the start, the flows were written in 0.27 CPU-s against 0.32
+# and 5.0 MB against 7.3; the events 3% faster and 2% smaller.
+_PLAIN_TEXT = frozenset({"id", "args"})
 
 
 def _encodings(schema: pa.Schema) -> dict:
     """Delta encoding for the integer columns (ids and times rise, durations
-    are small), dictionaries for the rest: a third smaller than dictionaries
-    everywhere, and faster to write. Statistics for all but _NO_STATISTICS."""
+    are small), dictionaries for the other columns but _PLAIN_TEXT: a third
+    smaller than dictionaries everywhere, and faster to write. Statistics
+    for all but _NO_STATISTICS."""
     ints = [f.name for f in schema if f.type == pa.int64()]
-    return dict(use_dictionary=[f.name for f in schema if f.name not in ints],
+    return dict(use_dictionary=[f.name for f in schema if f.name not in ints and f.name not in _PLAIN_TEXT],
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in ints},
                 write_statistics=[f.name for f in schema if f.name not in _NO_STATISTICS])
 
