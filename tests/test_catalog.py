@@ -409,6 +409,22 @@ def test_a_new_warehouse_starts_from_the_template_and_keeps_nothing_of_another(t
         "SELECT answer FROM main.from_the_template").fetchall() == [(42,)]
 
 
+def test_the_views_fingerprint_is_the_librarys_text_not_where_it_is_installed(tmp_path: Path):
+    """The same library installed in two places (two virtual environments) makes the same views:
+    one's template serves the other without applying the views again. A view's changed SQL does not."""
+    import shutil
+
+    from tracedb.catalog import resource_dir, views_fingerprint
+
+    a, b = tmp_path / "a" / "queries", tmp_path / "b" / "queries"
+    shutil.copytree(resource_dir("queries"), a)
+    shutil.copytree(resource_dir("queries"), b)
+    assert views_fingerprint(load_view_files(a), {}) == views_fingerprint(load_view_files(b), {})
+    mart = b / "marts" / "hotspots.sql"
+    mart.write_text(mart.read_text().replace("SELECT", "SELECT  ", 1))
+    assert views_fingerprint(load_view_files(a), {}) != views_fingerprint(load_view_files(b), {})
+
+
 def test_a_template_duckdb_cannot_open_goes_and_fails_no_warehouse(tmp_path: Path, monkeypatch):
     """A damaged template in the cache folder: the new warehouse is made from nothing, with every
     view, and a good template takes the damaged one's place."""

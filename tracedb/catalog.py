@@ -33,7 +33,7 @@ import duckdb
 
 from .errors import MigrationError, WarehouseError
 from .sqltext import sql_literal
-from .views import META_SCHEMA, set_search_path
+from .views import LAYER_SCHEMAS, META_SCHEMA, set_search_path
 from .warehouse import CATALOG_NAME
 
 # Building the views (schema, views, summaries: pyarrow) is imported by the
@@ -221,6 +221,14 @@ def _keep_as_template(catalog: Path, template: Path) -> None:
         pass
 
 
+def views_fingerprint(defs: list[ViewDef], common: dict[str, str]) -> str:
+    """What the library's views in a catalog are made from: their SQL, docs
+    and layers, not where their files are (the same tracedb installed in two
+    places makes the same views, and shares one template)."""
+    made_from = [{k: val for k, val in vars(v).items() if k != "path"} for v in defs]
+    return hashlib.sha256(json.dumps(made_from + [common, LAYER_SCHEMAS], sort_keys=True).encode()).hexdigest()
+
+
 class Catalog:
     """The catalog file of one warehouse (``Warehouse.catalog``)."""
 
@@ -366,7 +374,7 @@ class Catalog:
     def _rebuild_views(self, con: duckdb.DuckDBPyConnection) -> None:
         from . import tags
         from .schema import SCHEMAS
-        from .views import LAYER_SCHEMAS, apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql
+        from .views import apply_views, load_comm_patterns, load_view_files, raw_columns, raw_view_sql
 
         con.execute(
             f"INSERT OR REPLACE INTO {META_SCHEMA}.catalog_info VALUES ('warehouse', ?)", [str(self.wh)]
@@ -386,9 +394,7 @@ class Catalog:
         # The library's views are SQL text bound at query time: re-applying
         # them (seconds) is needed only when their SQL or docs changed, not
         # when the raw views below list new files.
-        fingerprint = hashlib.sha256(
-            json.dumps([vars(v) for v in defs] + [common, LAYER_SCHEMAS], sort_keys=True, default=str).encode()
-        ).hexdigest()
+        fingerprint = views_fingerprint(defs, common)
         row = con.execute(f"SELECT value FROM {META_SCHEMA}.catalog_info WHERE key = 'views_fingerprint'").fetchall()
         if not row or row[0][0] != fingerprint:
             # Bound over empty raw views of the same columns: over a trace's
