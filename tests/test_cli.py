@@ -194,6 +194,7 @@ print(json.dumps({"code": res.exit_code, "pool": pyarrow.default_memory_pool().b
                   "env": os.environ.get("ARROW_DEFAULT_MEMORY_POOL"),
                   "arenas_env": os.environ.get("MALLOC_ARENA_MAX"),
                   "tunables_env": os.environ.get("GLIBC_TUNABLES"),
+                  "blas_env": os.environ.get("OPENBLAS_NUM_THREADS"),
                   "heaps": len(re.findall(r'<heap nr=', open(report).read()))}))
 """
 
@@ -210,7 +211,7 @@ def _ingest_allocators(tmp_path: Path, env: dict[str, str]) -> dict:
 @pytest.mark.parametrize("user_value, expected", [(None, "system"), ("mimalloc", "mimalloc")])
 def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path, user_value, expected):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+           if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "OPENBLAS_NUM_THREADS")}
     if user_value:
         env["ARROW_DEFAULT_MEMORY_POOL"] = user_value
     # set in the environment, so the worker processes it spawns take them too
@@ -218,15 +219,16 @@ def test_ingest_gives_arrow_the_c_allocator_unless_the_user_chose(tmp_path: Path
     assert (got["code"], got["pool"], got["env"]) == (0, expected, expected)
     assert got["arenas_env"] == "2"
     assert got["tunables_env"] == "glibc.malloc.hugetlb=1"
+    assert got["blas_env"] == "1"  # numpy's OpenBLAS starts no threads
     # this process read its environment before the ingest set it: told through mallopt
     assert got["heaps"] == 2
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's arenas")
-def test_ingest_leaves_a_users_own_arena_count(tmp_path: Path):
+def test_ingest_leaves_a_users_own_arena_count_and_blas_threads(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    got = _ingest_allocators(tmp_path, {**env, "MALLOC_ARENA_MAX": "5"})
-    assert (got["code"], got["arenas_env"], got["heaps"]) == (0, "5", 5)
+    got = _ingest_allocators(tmp_path, {**env, "MALLOC_ARENA_MAX": "5", "OPENBLAS_NUM_THREADS": "4"})
+    assert (got["code"], got["arenas_env"], got["heaps"], got["blas_env"]) == (0, "5", 5, "4")
     assert got["tunables_env"] == "glibc.malloc.hugetlb=1"  # huge pages all the same
 
 

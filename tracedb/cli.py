@@ -121,10 +121,10 @@ INGEST_MALLOC_ARENAS = 2
 INGEST_HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
-def _allocators_for_ingest() -> None:
+def _settings_for_ingest() -> None:
     """Allocators that give back what a trace's steps free, so that the
-    next step's memory does not come on top of it, and huge pages; a
-    user's own settings stand. Set in the environment (each read once, at
+    next step's memory does not come on top of it, huge pages, and no BLAS
+    threads; a user's own settings stand. Set in the environment (each read once, at
     start), so that the processes an ingest spawns take them too.
 
     Arrow allocates from the C library: Arrow's default, mimalloc, kept about
@@ -150,8 +150,15 @@ def _allocators_for_ingest() -> None:
     of 6 rounds, docs/performance.md). glibc reads its tunables only when a
     process starts, so this process, where a lone trace's work runs, goes
     without (the same setting given to the whole ingest: about 3% less
-    CPU for a 1.1 GB trace, 12 MiB more at the peak)."""
+    CPU for a 1.1 GB trace, 12 MiB more at the peak).
+
+    numpy's OpenBLAS starts a thread for each core when numpy loads, which
+    spins for a while: an ingest uses no BLAS, so it gets none
+    (``OPENBLAS_NUM_THREADS=1``, read when numpy loads: this process loads
+    it after this call). A 1.1 GB trace: 6.51 s and 10.62 CPU-s against
+    6.70 and 10.89 (8 alternating rounds)."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if not sys.platform.startswith("linux"):
         return
     tunables = os.environ.get("GLIBC_TUNABLES", "")
@@ -214,7 +221,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run, engine, spark_mast
             click.echo(f"{tf.path}\trun={tf.run}\trank={tf.rank}\tphase={tf.phase}")
         return
 
-    _allocators_for_ingest()
+    _settings_for_ingest()
     from tqdm import tqdm
 
     total = sum(f.size_bytes for f in files)
