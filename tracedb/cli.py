@@ -122,10 +122,11 @@ INGEST_HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
 def _settings_for_ingest() -> None:
-    """Allocators that give back what a trace's steps free, so that the
-    next step's memory does not come on top of it, huge pages, and no BLAS
-    threads; a user's own settings stand. Set in the environment (each read once, at
-    start), so that the processes an ingest spawns take them too.
+    """An ingest's process settings: allocators that give back what a
+    trace's steps free, so that the next step's memory does not come on top
+    of it, huge pages, and no BLAS threads; a user's own settings stand. Set
+    in the environment (each read once, at start), so that the processes an
+    ingest spawns take them too.
 
     Arrow allocates from the C library: Arrow's default, mimalloc, kept about
     75 MiB of what a 1 GiB trace's finalize pass freed, under the summaries'
