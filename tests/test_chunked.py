@@ -527,3 +527,51 @@ def test_workload_generator_tiles_exactly(tmp_path):
     assert len(ext) == len(set(ext)) == 60
     ts = [e["ts"] for e in evs if e.get("cat") == "cpu_op"]
     assert ts == sorted(ts)
+
+
+def test_pieces_staged_uncompressed_until_the_budget_is_spent(tmp_path, monkeypatch):
+    """A writer's plain_bytes: pieces' rows are staged as plain Arrow IPC
+    (the file at least as large as its rows) until the next part would
+    overrun what is left, then with lz4 (the same file as a writer without
+    plain_bytes stages; these rows, a few names and rising integers,
+    compress to under half); no part went to lz4 while what was left could
+    hold it. The rows read back are the same either way."""
+    import tracedb.ingest as ingest
+    from tracedb.warehouse import Warehouse
+
+    path = _write(tmp_path / "t.json", _kineto_text(_events(3000), baseTimeNanoseconds=1_000_000))
+    monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the split path declined"))
+
+    def staged(plain_bytes: int) -> list[tuple[int, int, pa.Table]]:
+        """Each part in piece order: its file's size, its rows' bytes, its rows."""
+        _, writer = ingest.stage(path, Warehouse(tmp_path / f"wh{plain_bytes}"), workers=1,
+                                 plain_bytes=plain_bytes)
+        try:
+            parts = sorted(writer._parts["events"] + writer._parts.get("flows", []), key=lambda p: p.name[-12:])
+            out = []
+            for p in parts:
+                rows = pa.ipc.open_file(p).read_all()
+                out.append((p.stat().st_size, rows.nbytes, rows))
+            return out
+        finally:
+            writer.discard()
+
+    everything = sum(rows for _, rows, _ in staged(1 << 40))
+    all_lz4 = staged(0)
+    assert sum(size for size, _, _ in all_lz4) < everything // 2
+    budget = everything * 2 // 5
+    parts = staged(budget)
+    assert len(parts) == len(all_lz4) > 10
+    # a part staged with lz4 is the same file as in all_lz4, byte for byte
+    plain = [(size, rows) for (size, rows, _), (lz4, _, _) in zip(parts, all_lz4) if size != lz4]
+    compressed = [rows for (size, rows, _), (lz4, _, _) in zip(parts, all_lz4) if size == lz4]
+    assert plain and compressed
+    assert all(size >= rows for size, rows in plain)
+    spent = sum(rows for _, rows in plain)
+    assert spent <= budget
+    assert budget - spent < min(compressed)
+
+    def all_rows(parts):
+        return pa.concat_tables(t for _, _, t in parts if "bp" not in t.column_names)
+    assert all_rows(parts).equals(all_rows(all_lz4))

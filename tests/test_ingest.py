@@ -309,3 +309,57 @@ def test_the_writer_gives_the_freed_heap_back():
     before, after = map(int, out.stdout.split())
     assert before >= 200  # the 200 MiB written, 187.5 of them freed: still held
     assert after <= before - 150
+
+
+def _kernel(root: Path, *, background_bytes: int = 0, ratio: int = 10, available_kb: int | None = 20_000_000,
+            cgroup: str | None = None, files: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """A /proc and a /sys/fs/cgroup with what plain_staging_bytes reads."""
+    proc, cgroups = root / "proc", root / "cgroup"
+    (proc / "sys" / "vm").mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / "sys" / "vm" / "dirty_background_bytes").write_text(f"{background_bytes}\n")
+    (proc / "sys" / "vm" / "dirty_background_ratio").write_text(f"{ratio}\n")
+    meminfo = "MemTotal:       32000000 kB\nMemFree:         1000000 kB\n"
+    if available_kb is not None:
+        meminfo += f"MemAvailable:   {available_kb} kB\n"
+    (proc / "meminfo").write_text(meminfo + "Dirty:               0 kB\n")
+    if cgroup is not None:
+        (proc / "self" / "cgroup").write_text(cgroup)
+    for rel, text in (files or {}).items():
+        (cgroups / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cgroups / rel).write_text(text)
+    return proc, cgroups
+
+
+@pytest.mark.parametrize(("kernel", "expected"), [
+    # vm.dirty_background_bytes, when set, is the threshold: half of it
+    (dict(background_bytes=600_000_000), 300_000_000),
+    # else 10% of MemAvailable (20,000,000 kB = 20,480,000,000 bytes), halved
+    (dict(), 1_024_000_000),
+    (dict(ratio=5), 512_000_000),
+    # a cgroup v2 with 3 GiB left of its 4 GiB: 10% of 3 GiB, halved
+    (dict(cgroup="0::/job\n", files={"job/memory.max": "4294967296\n", "job/memory.current": "1073741824\n"}),
+     161_061_273),
+    # cgroup v2 without a limit, and v1 without one (its huge number): MemAvailable's
+    (dict(cgroup="0::/job\n", files={"job/memory.max": "max\n", "job/memory.current": "1073741824\n"}),
+     1_024_000_000),
+    (dict(cgroup="5:memory:/job\n0::/\n", files={"memory/job/memory.limit_in_bytes": "9223372036854771712\n",
+                                               "memory/job/memory.usage_in_bytes": "1073741824\n"}),
+     1_024_000_000),
+    # cgroup v1 with 2 GiB left of 2.5 GiB, beside a v2 root without memory files
+    (dict(cgroup="5:cpu,memory:/job\n0::/\n", files={"memory/job/memory.limit_in_bytes": "2684354560\n",
+                                                   "memory/job/memory.usage_in_bytes": "536870912\n"}),
+     107_374_182),
+    # a cgroup that has used more than its limit: nothing uncompressed
+    (dict(cgroup="0::/job\n", files={"job/memory.max": "1000\n", "job/memory.current": "5000\n"}), 0),
+    # a kernel that does not say what memory is available: all lz4
+    (dict(available_kb=None), 0),
+])
+def test_plain_staging_is_half_the_kernels_background_dirty_threshold(tmp_path, kernel, expected):
+    from tracedb.store import plain_staging_bytes
+    assert plain_staging_bytes(*_kernel(tmp_path, **kernel)) == expected
+
+
+def test_plain_staging_is_nothing_where_the_kernel_has_no_proc(tmp_path):
+    from tracedb.store import plain_staging_bytes
+    assert plain_staging_bytes(tmp_path / "no-proc", tmp_path / "no-cgroup") == 0

@@ -38,10 +38,10 @@ from .errors import TraceFormatError, UploadError, WarehouseError
 from .fileid import content_ids, has_legacy
 from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
 from .parse.values import as_text
-from .store import TraceWriter, cannot_write, write_part
+from .store import TraceWriter, cannot_write, plain_staging_bytes
 from .version import __version__
 from .views import load_view_files
-from .warehouse import TABLES, Warehouse
+from .warehouse import Warehouse
 
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
@@ -166,16 +166,14 @@ def _workers_worthy(tf: TraceFile) -> bool:
     return _json_bytes(tf) >= WORKERS_MIN_BYTES
 
 
-def _parse_piece_to_parts(piece: Piece, path: str, dsts: dict[str, Path], warehouse: Warehouse):
+def _parse_piece_to_parts(piece: Piece, path: str, writer: TraceWriter):
     """Parse one piece, stage its rows as parts."""
     res = parse_piece(piece, path)
-    parts = []
     by_table: dict[str, list] = {}
     for table, batch in res.batches:
         by_table.setdefault(table, []).append(batch)
-    for table, batches in by_table.items():
-        write_part(dsts[table], table, batches, warehouse, res.event_lanes if table == "events" else None)
-        parts.append((table, dsts[table]))
+    parts = [(table, writer.write_part(table, piece.number, batches, res.event_lanes if table == "events" else None))
+             for table, batches in by_table.items()]
     res.batches = []
     return res, parts
 
@@ -212,9 +210,6 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
     between pieces."""
     sp = SplitParser(path)
 
-    def dsts(piece: Piece) -> dict[str, Path]:
-        return {t: writer.part(t, piece.number) for t in TABLES}
-
     def staged(res, parts) -> None:
         sp.add(res)
         for table, part in parts:
@@ -223,7 +218,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
     if workers <= 1:
         # Parts here too: finalize then sorts each piece on its own, not the trace.
         for piece in _unless_stopped(sp.pieces(), stop):
-            staged(*_parse_piece_to_parts(piece, str(path), dsts(piece), writer.warehouse))
+            staged(*_parse_piece_to_parts(piece, str(path), writer))
         sp.finish()
         return sp.meta
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -237,7 +232,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 
         try:
             for piece in _unless_stopped(sp.pieces(), stop):
-                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), dsts(piece), writer.warehouse))
+                pending.add(pool.submit(_parse_piece_to_parts, piece, str(path), writer))
                 del piece
                 while len(pending) > workers:
                     collect()
@@ -252,13 +247,14 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 
 
 def stage(path: Path, warehouse: Warehouse, workers: int,
-          stop: Callable[[], bool] = _never) -> tuple[TraceMeta, TraceWriter]:
+          stop: Callable[[], bool] = _never, plain_bytes: int = 0) -> tuple[TraceMeta, TraceWriter]:
     """Parse a trace into a new writer's staging folder: the split fast path
-    (on ``workers`` threads), or when it declines, the streaming parser.
+    (on ``workers`` threads; its first ``plain_bytes`` of rows staged
+    uncompressed), or when it declines, the streaming parser.
     Raises Stopped as soon as ``stop()`` is true (it is asked between pieces
     and batches). The caller sets the writer's file_id, then finalizes or
     discards it; on an error it is discarded here."""
-    writer = TraceWriter(warehouse)
+    writer = TraceWriter(warehouse, plain_bytes)
     try:
         try:
             return _parse_split(path, writer, workers, stop), writer
@@ -282,7 +278,7 @@ _FILE_ERRORS = (TraceFormatError, duckdb.Error, pa.ArrowException)
 
 
 def _stage_while_hashing(tf: TraceFile, warehouse: Warehouse, hashed: Future, known_ids: frozenset[str],
-                         workers: int) -> _Staged:
+                         workers: int, plain_bytes: int) -> _Staged:
     """stage()'s outcome: its result, the error it raised on the file (for
     the caller to raise once the hash is in), or None when the hash says
     the file is known or cannot be read (nothing it staged is kept)."""
@@ -300,7 +296,7 @@ def _stage_while_hashing(tf: TraceFile, warehouse: Warehouse, hashed: Future, kn
     if stop():
         return None
     try:
-        staged = stage(tf.path, warehouse, workers, stop)
+        staged = stage(tf.path, warehouse, workers, stop, plain_bytes)
     except Stopped:
         return None
     except _FILE_ERRORS as e:
@@ -319,9 +315,11 @@ def new_summarizer(warehouse: Warehouse, threads: int) -> summaries.Summarizer:
 
 
 def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summarizer,
-                known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1) -> FileResult:
+                known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1,
+                plain_bytes: int = 0) -> FileResult:
     """Parse, write and publish one file (not yet registered in the catalog).
-    A large file is parsed on ``workers`` threads while it is hashed.
+    A large file is parsed on ``workers`` threads while it is hashed; up to
+    ``plain_bytes`` of its rows are staged uncompressed (plain_staging_bytes).
     A file whose content ``known_ids`` holds under its id (or under its
     BLAKE2b id, in a warehouse made before xxh3) is skipped."""
     t0 = time.perf_counter()
@@ -329,7 +327,7 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
                         status="failed", bytes=tf.size_bytes)
     with ThreadPoolExecutor(max_workers=1) as hasher:
         hashed = hasher.submit(content_ids, tf.path, has_legacy(known_ids))
-        staged = _stage_while_hashing(tf, warehouse, hashed, known_ids, workers)
+        staged = _stage_while_hashing(tf, warehouse, hashed, known_ids, workers, plain_bytes)
     try:
         ids = hashed.result()
     except OSError as e:
@@ -392,7 +390,8 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
 _worker_summarizer: summaries.Summarizer | None = None
 
 
-def _ingest_in_worker(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str]) -> FileResult:
+def _ingest_in_worker(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str],
+                      plain_bytes: int) -> FileResult:
     """``ingest_file`` in a ``--jobs`` worker process, with one summarizer
     for the traces it ingests, closed (its spill folder removed) as the
     process exits."""
@@ -400,7 +399,7 @@ def _ingest_in_worker(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[
     if _worker_summarizer is None:
         _worker_summarizer = new_summarizer(warehouse, threads=1)
         multiprocessing.util.Finalize(None, _worker_summarizer.close, exitpriority=10)
-    return ingest_file(warehouse, tf, _worker_summarizer, known_ids)
+    return ingest_file(warehouse, tf, _worker_summarizer, known_ids, plain_bytes=plain_bytes)
 
 
 def run_ingest(warehouse: Warehouse | str | os.PathLike, files: list[TraceFile], jobs: int = 1,
@@ -499,20 +498,24 @@ def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
             commit()
             last_commit = time.monotonic()
 
+    # One trace's pieces are staged at a time in each process: each has its
+    # share of what the kernel keeps in memory unwritten.
+    plain_bytes = plain_staging_bytes()
     try:
         if jobs <= 1 or len(pending) <= 1:
             threads = max(1, os.cpu_count() or 1) if len(pending) == 1 else 1
             workers = jobs if len(pending) == 1 else 1
             with new_summarizer(warehouse, threads) as summarizer:
                 for tf in pending:
-                    done(ingest_file(warehouse, tf, summarizer, known_ids, threads, workers))
+                    done(ingest_file(warehouse, tf, summarizer, known_ids, threads, workers, plain_bytes))
         else:
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 # The largest first: a large trace last would be left to
                 # one core at the end, the others idle.
                 largest_first = sorted(pending, key=_json_bytes, reverse=True)
-                futures = {pool.submit(_ingest_in_worker, warehouse, tf, known_ids) for tf in largest_first}
+                futures = {pool.submit(_ingest_in_worker, warehouse, tf, known_ids, plain_bytes // jobs)
+                           for tf in largest_first}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import threading
 import uuid
@@ -327,15 +328,19 @@ FINAL_SCHEMAS = {table: _final_schema(table) for table in TABLES}
 # lz4 without dictionaries or statistics is a third faster to write than with
 # them, and no larger.
 _STAGED = dict(compression="lz4", use_dictionary=False, write_statistics=False)
-# A piece's rows are staged as an Arrow IPC file (lz4): for the pieces of a
-# 1 GiB trace, 0.8 s of CPU to write and 0.4 to read back, against 1.2 and
-# 1.7 as Parquet; 181 MB against 112. Its buffers are compressed and
-# decompressed on the calling thread, not on Arrow's pool: the parse's
-# threads and finalize's keep both cores busy, and handing each of a
-# batch's hundred small buffers to the pool cost more than it saved (60
-# pieces of a 1 GiB trace's: written in 0.16 CPU-s, not 0.27, read in
-# 0.08, not 0.14).
-_PIECE_IPC = ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+# A piece's rows are staged as an Arrow IPC file: for the pieces of a
+# 1 GiB trace, with lz4, 0.8 s of CPU to write and 0.4 to read back,
+# against 1.2 and 1.7 as Parquet; 181 MB against 112. Uncompressed while
+# the writer's plain_bytes last (plain_staging_bytes): lz4 was 7% of an
+# ingest's CPU, and a piece is read back and deleted within seconds, long
+# before the kernel writes a dirty page that it has no reason yet to write.
+# Its buffers are compressed and decompressed on the calling thread, not
+# on Arrow's pool: the parse's threads and finalize's keep both cores busy,
+# and handing each of a batch's hundred small buffers to the pool cost more
+# than it saved (60 pieces of a 1 GiB trace's: written in 0.16 CPU-s, not
+# 0.27, read in 0.08, not 0.14).
+_PIECE_PLAIN = ipc.IpcWriteOptions(use_threads=False)
+_PIECE_LZ4 = ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 _PIECE_READ = ipc.IpcReadOptions(use_threads=False)
 
 
@@ -539,6 +544,60 @@ def _in_id_order(rows: pa.Table) -> pa.Table:
     return rows
 
 
+def plain_staging_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int:
+    """How many bytes of pieces an ingest may stage uncompressed: half of
+    what Linux lets be dirty before it starts writing dirty pages out in
+    the background (``vm.dirty_background_bytes``, else
+    ``vm.dirty_background_ratio`` percent of the memory available, or of
+    what the process's memory cgroup has left, if less). Within it the
+    kernel keeps a trace's staged pieces in memory until finalize has read
+    and deleted them, and nothing goes to the disk. Past it, lz4: the
+    pieces of a 4.4 GB trace written uncompressed passed the threshold,
+    and the kernel's writing made the ingest slower (31.6 s against 29.7).
+    0 (all lz4) where the kernel does not say: not Linux."""
+    try:
+        vm = proc / "sys" / "vm"
+        fixed = int((vm / "dirty_background_bytes").read_text())
+        if fixed:
+            return fixed // 2
+        ratio = int((vm / "dirty_background_ratio").read_text())
+        meminfo = (proc / "meminfo").read_text()
+    except (OSError, ValueError):
+        return 0
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
+    if not found:
+        return 0
+    available = int(found.group(1)) << 10
+    left = _cgroup_memory_left(proc, cgroups)
+    if left is not None:
+        available = min(available, left)
+    return available * ratio // 100 // 2
+
+
+def _cgroup_memory_left(proc: Path, cgroups: Path) -> int | None:
+    """What the process's memory cgroup may still take (its limit less its
+    use; cgroup v2 or v1), or None where it has no limit or none is found."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2
+            folder, limit, used = cgroups / path.lstrip("/"), "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):  # v1
+            folder, limit, used = cgroups / "memory" / path.lstrip("/"), "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            cap, use = (folder / limit).read_text().strip(), int((folder / used).read_text())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and int(cap) < 1 << 62:  # v2 says "max", v1 a huge number, for no limit
+            return max(0, int(cap) - use)
+    return None
+
+
 def cannot_write(warehouse: Warehouse | Path, e: OSError) -> WarehouseError:
     """One line: pyarrow's messages are long, its errno is the point."""
     why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
@@ -548,8 +607,12 @@ def cannot_write(warehouse: Warehouse | Path, e: OSError) -> WarehouseError:
 class TraceWriter:
     """Stage, finalize and publish the Parquet files of one trace."""
 
-    def __init__(self, warehouse: Warehouse):
+    def __init__(self, warehouse: Warehouse, plain_bytes: int = 0):
         self.warehouse = warehouse
+        # How much more of the pieces' rows to stage uncompressed
+        # (plain_staging_bytes; write_part runs on the parse's threads).
+        self._plain_left = plain_bytes
+        self._plain_lock = threading.Lock()
         # The content hash: set by the caller before finalize (ingest parses
         # a large trace while it is hashed).
         self.file_id: str | None = None
@@ -578,8 +641,31 @@ class TraceWriter:
             raise cannot_write(self.warehouse, e) from None
 
     def part(self, table: str, number: int) -> Path:
-        """Where a piece parsed elsewhere (parse/pieces.py) stages its rows."""
+        """Where a piece (parse/pieces.py) stages its rows."""
         return self.dir / f"{table}.part{number:06d}.arrow"
+
+    def write_part(self, table: str, number: int, batches: list[pa.RecordBatch],
+                   lanes: list[int] | None = None) -> Path:
+        """Stage the rows of one piece, the events' with the lane of each
+        batch (``PieceResult.event_lanes``): uncompressed while the writer's
+        plain_bytes last, else lz4. Returns the part, for ``add_part``."""
+        path = self.part(table, number)
+        schema = SCHEMAS[table]
+        if lanes is not None:
+            schema = schema.with_metadata({_LANES_KEY: json.dumps(lanes)})
+        size = sum(b.nbytes for b in batches)
+        with self._plain_lock:
+            plain = size <= self._plain_left
+            if plain:
+                self._plain_left -= size
+        try:
+            with (pa.OSFile(str(path), "wb") as sink,
+                  ipc.new_file(sink, schema, options=_PIECE_PLAIN if plain else _PIECE_LZ4) as w):
+                for batch in batches:
+                    w.write_batch(batch)
+        except OSError as e:  # e.g. the disk is full
+            raise cannot_write(self.warehouse, e) from None
+        return path
 
     def add_part(self, table: str, path: Path) -> None:
         self._parts.setdefault(table, []).append(path)
@@ -738,18 +824,3 @@ class TraceWriter:
                 pass
         self._writers.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def write_part(path: Path, table: str, batches: list[pa.RecordBatch], warehouse: Warehouse | Path,
-               lanes: list[int] | None = None) -> None:
-    """Stage the rows of one piece of a trace (parse/pieces.py); the events'
-    with the lane of each batch (``PieceResult.event_lanes``)."""
-    schema = SCHEMAS[table]
-    if lanes is not None:
-        schema = schema.with_metadata({_LANES_KEY: json.dumps(lanes)})
-    try:
-        with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, schema, options=_PIECE_IPC) as w:
-            for batch in batches:
-                w.write_batch(batch)
-    except OSError as e:  # e.g. the disk is full
-        raise cannot_write(warehouse, e) from None
