@@ -27,7 +27,7 @@ from pathlib import Path
 # Arrow's allocator as `tracedb ingest` sets it (cli.py), before pyarrow loads.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-from tracedb import fileid, ingest, summaries  # noqa: E402
+from tracedb import fileid, ingest, store, summaries  # noqa: E402
 from tracedb.catalog import resource_dir  # noqa: E402
 from tracedb.views import load_view_files  # noqa: E402
 from tracedb.warehouse import Warehouse  # noqa: E402
@@ -82,9 +82,11 @@ def main() -> None:
         wh = Warehouse(tmp)
         steps = Steps()
         file_id = steps.run("hash", fileid.content_ids, args.trace)[0]
-        # The fast path on threads, as ingest takes it for a large trace alone.
+        # The fast path on threads, as ingest takes it for a large trace alone,
+        # staging uncompressed what the kernel keeps in memory unwritten.
         # (Ingest overlaps the hash with the parse; here each is on its own.)
-        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers)
+        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers,
+                                 plain_bytes=store.plain_staging_bytes())
         writer.file_id = file_id
         steps.run("finalize", writer.finalize, meta.base_time_ns or 0, meta.json_event_count, threads=threads)
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
