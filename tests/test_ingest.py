@@ -312,7 +312,8 @@ def test_the_writer_gives_the_freed_heap_back():
 
 
 def _kernel(root: Path, *, background_bytes: int = 0, ratio: int = 10, available_kb: int | None = 20_000_000,
-            cgroup: str | None = None, files: dict[str, str] | None = None) -> tuple[Path, Path]:
+            dirty_kb: int = 0, writeback_kb: int = 0, cgroup: str | None = None,
+            files: dict[str, str] | None = None) -> tuple[Path, Path]:
     """A /proc and a /sys/fs/cgroup with what plain_staging_bytes reads."""
     proc, cgroups = root / "proc", root / "cgroup"
     (proc / "sys" / "vm").mkdir(parents=True)
@@ -322,7 +323,8 @@ def _kernel(root: Path, *, background_bytes: int = 0, ratio: int = 10, available
     meminfo = "MemTotal:       32000000 kB\nMemFree:         1000000 kB\n"
     if available_kb is not None:
         meminfo += f"MemAvailable:   {available_kb} kB\n"
-    (proc / "meminfo").write_text(meminfo + "Dirty:               0 kB\n")
+    meminfo += f"Dirty:          {dirty_kb} kB\nWriteback:      {writeback_kb} kB\n"
+    (proc / "meminfo").write_text(meminfo + "HugePages_Total:       0\n")
     if cgroup is not None:
         (proc / "self" / "cgroup").write_text(cgroup)
     for rel, text in (files or {}).items():
@@ -337,6 +339,11 @@ def _kernel(root: Path, *, background_bytes: int = 0, ratio: int = 10, available
     # else 10% of MemAvailable (20,000,000 kB = 20,480,000,000 bytes), halved
     (dict(), 1_024_000_000),
     (dict(ratio=5), 512_000_000),
+    # less what is dirty or being written already: (2,048,000,000 - 500 MiB
+    # dirty - 100 MiB in writeback) / 2, and nothing once that passes it
+    (dict(dirty_kb=512_000, writeback_kb=102_400), 709_427_200),
+    (dict(background_bytes=600_000_000, dirty_kb=100_000), 248_800_000),
+    (dict(dirty_kb=3_000_000), 0),
     # a cgroup v2 with 3 GiB left of its 4 GiB: 10% of 3 GiB, halved
     (dict(cgroup="0::/job\n", files={"job/memory.max": "4294967296\n", "job/memory.current": "1073741824\n"}),
      161_061_273),

@@ -546,32 +546,36 @@ def _in_id_order(rows: pa.Table) -> pa.Table:
 
 def plain_staging_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int:
     """How many bytes of pieces an ingest may stage uncompressed: half of
-    what Linux lets be dirty before it starts writing dirty pages out in
-    the background (``vm.dirty_background_bytes``, else
+    the room left below the point where Linux starts writing dirty pages out
+    in the background (``vm.dirty_background_bytes``, else
     ``vm.dirty_background_ratio`` percent of the memory available, or of
-    what the process's memory cgroup has left, if less). Within it the
-    kernel keeps a trace's staged pieces in memory until finalize has read
-    and deleted them, and nothing goes to the disk. Past it, lz4: the
-    pieces of a 4.4 GB trace written uncompressed passed the threshold,
-    and the kernel's writing made the ingest slower (31.6 s against 29.7).
-    0 (all lz4) where the kernel does not say: not Linux."""
+    what the process's memory cgroup has left, if less), less what is dirty
+    or being written already. Within it the kernel keeps a trace's staged
+    pieces in memory until finalize has read and deleted them, and nothing
+    goes to the disk. Past it, lz4: the pieces of a 4.4 GB trace written
+    uncompressed passed the threshold, and the kernel's writing made the
+    ingest slower (31.6 s against 29.7). 0 (all lz4) where the kernel does
+    not say: not Linux."""
     try:
         vm = proc / "sys" / "vm"
         fixed = int((vm / "dirty_background_bytes").read_text())
-        if fixed:
-            return fixed // 2
         ratio = int((vm / "dirty_background_ratio").read_text())
         meminfo = (proc / "meminfo").read_text()
     except (OSError, ValueError):
         return 0
-    found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
-    if not found:
+    kib = {m.group(1): int(m.group(2)) << 10
+           for m in re.finditer(r"^(\w+):\s+(\d+) kB", meminfo, re.MULTILINE)}
+    if fixed:
+        threshold = fixed
+    elif "MemAvailable" in kib:
+        available = kib["MemAvailable"]
+        left = _cgroup_memory_left(proc, cgroups)
+        if left is not None:
+            available = min(available, left)
+        threshold = available * ratio // 100
+    else:
         return 0
-    available = int(found.group(1)) << 10
-    left = _cgroup_memory_left(proc, cgroups)
-    if left is not None:
-        available = min(available, left)
-    return available * ratio // 100 // 2
+    return max(0, threshold - kib.get("Dirty", 0) - kib.get("Writeback", 0)) // 2
 
 
 def _cgroup_memory_left(proc: Path, cgroups: Path) -> int | None:
