@@ -728,6 +728,13 @@ class TraceWriter:
                                for lane, rows in groups):
                 w.write_table(rows, row_group_size=FINAL_ROW_GROUP)
         self.final[table] = dst
+        # Read for the last time: deleted now, not with the staging folder
+        # after the summaries, so that the kernel drops their pages instead
+        # of writing them out once they are 30 s old (vm.dirty_expire_centisecs):
+        # 1.9 GB of a 4.5 GB trace's were written during its ingest, 0.1
+        # since (the final files), and it took 45.7 s instead of 49.8.
+        for source in sources:
+            source.unlink()
 
     def _child_sums(self, sources: list[Path], events: int,
                     threads: int) -> Callable[[], Iterator[pa.RecordBatch]]:
