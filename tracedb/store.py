@@ -332,8 +332,8 @@ _STAGED = dict(compression="lz4", use_dictionary=False, write_statistics=False)
 # 1 GiB trace, with lz4, 0.8 s of CPU to write and 0.4 to read back,
 # against 1.2 and 1.7 as Parquet; 181 MB against 112. Uncompressed while
 # the writer's plain_bytes last (plain_staging_bytes): lz4 was 7% of an
-# ingest's CPU, and a piece is read back and deleted within seconds, long
-# before the kernel writes a dirty page that it has no reason yet to write.
+# ingest's CPU, and finalize reads a piece back and deletes it before the
+# kernel has a reason to write its pages out.
 # Its buffers are compressed and decompressed on the calling thread, not
 # on Arrow's pool: the parse's threads and finalize's keep both cores busy,
 # and handing each of a batch's hundred small buffers to the pool cost more
