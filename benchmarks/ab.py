@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
             work = Path(tempfile.mkdtemp(prefix="tracedb-ab-", dir=args.workdir))
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             try:
-                r = run_measured([sys.executable, "-m", "tracedb.cli", "-w", str(work / "wh"), "ingest",
+                # -P: without it Python puts the current folder first on the
+                # path, so that run from inside a checkout, every side ran that one.
+                r = run_measured([sys.executable, "-P", "-m", "tracedb.cli", "-w", str(work / "wh"), "ingest",
                                   args.trace, "--run", "ab"], env=env)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
