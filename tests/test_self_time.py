@@ -1,6 +1,7 @@
 """Self time: which slice is whose parent (store._child_pairs, and
 store._child_sums_in_memory, which traces of up to IN_MEMORY_EVENTS take:
-by the C pass, _selftime.c, and by numpy where that is not built).
+by the C pass, _selftime.c, and by numpy where that is not built; and
+store._child_sums_streamed, the C pass's stream, which larger traces take).
 
 The pass is vectorized over sorted batches and carries state from one batch
 to the next; these tests give it batches of a few rows, so that threads, tie
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 
 from oracle import self_times
 from tracedb import _selftime, store
-from tracedb.store import _child_pairs, _child_sums_in_memory
+from tracedb.store import _child_pairs, _child_sums_in_memory, _child_sums_streamed
 
 
 def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: int) -> dict[int, int]:
@@ -53,7 +54,26 @@ def _child_sums(tmp_path, slices: list[tuple[str, str, int, int]], batch_rows: i
             in_memory = _child_sums_in_memory([src], len(slices), batch_rows=batch_rows).to_pydict()
         assert in_memory["parent_id"] == sorted(in_memory["parent_id"])
         assert dict(zip(in_memory["parent_id"], in_memory["child_ns"])) == sums, solver
+    for run in (store.SUM_RUN, 2):  # one run in memory; runs of two staged and merged
+        with _sum_run(run):
+            streamed = _child_sums_streamed([src], tmp_path, threads=2)
+        got = pa.Table.from_batches(list(streamed()), schema=_SUMS).to_pydict()
+        assert got["parent_id"] == sorted(got["parent_id"])
+        assert dict(zip(got["parent_id"], got["child_ns"])) == sums, run
     return dict(sums)
+
+
+_SUMS = pa.schema([("parent_id", pa.int64()), ("child_ns", pa.int64())])
+
+
+@contextmanager
+def _sum_run(pairs: int):
+    was = store.SUM_RUN
+    store.SUM_RUN = pairs
+    try:
+        yield
+    finally:
+        store.SUM_RUN = was
 
 
 @contextmanager
@@ -218,3 +238,113 @@ def test_the_child_sums_window_lets_go_of_what_it_passed():
     assert got.to_pylist() == [0, None, n - 1]
     # a lane's last rows: the window it read must not stay for the lanes after it
     assert pa.total_allocated_bytes() - before < 1 << 20
+
+
+def _stream(slices: list[tuple[int, int, int]], window: int, feed_rows: int = 5,
+            max_bytes: int = 1 << 30) -> tuple[dict[int, int] | None, str]:
+    """Slices (thread code, ts, dur), event_id = position, fed to the C
+    pass's stream in position order: parent -> summed child time, or None
+    and why the stream stopped."""
+    stream = _selftime.Stream(window, max_bytes)
+    sums: dict[int, int] = {}
+
+    def take():
+        eids, ns = (np.frombuffer(b, np.int64).tolist() for b in stream.take())
+        assert not set(eids) & set(sums)  # each parent given once
+        sums.update(zip(eids, ns))
+
+    for at in range(0, len(slices), feed_rows):
+        part = slices[at:at + feed_rows]
+        ok = stream.feed(np.array([c for c, _, _ in part], np.int32), np.array([t for _, t, _ in part], np.int64),
+                         np.array([d for _, _, d in part], np.int64), np.arange(at, at + len(part), dtype=np.int64))
+        if not ok:
+            return None, stream.why
+        take()
+    if not stream.finish():
+        return None, stream.why
+    take()
+    return sums, stream.why
+
+
+def _farthest(slices: list[tuple[int, int, int]]) -> int:
+    """How many places a slice comes after its place in its thread's order
+    (start, longer first, position), at most."""
+    far = 0
+    for code in {c for c, _, _ in slices}:
+        given = [i for i, s in enumerate(slices) if s[0] == code]
+        order = sorted(given, key=lambda i: (slices[i][1], -slices[i][2], i))
+        far = max([far] + [given.index(i) - k for k, i in enumerate(order)])
+    return far
+
+
+@settings(max_examples=200, deadline=None)
+@given(slices=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(0, 12)), min_size=20, max_size=60),
+       window=st.integers(1, 6), feed_rows=st.integers(1, 7), jitter=st.integers(0, 12))
+def test_the_stream_follows_the_rule_within_its_window(slices, window, feed_rows, jitter):
+    """Slices listed roughly by start (each moved by up to ``jitter``):
+    the stream gives the rule's sums whenever no slice comes more than its
+    window after its place, and where it stops, it is for that reason."""
+    slices = sorted(slices, key=lambda s: s[1] + (hash(s) % (jitter + 1)))
+    got, why = _stream(slices, window, feed_rows)
+    rule = _by_rule([("p", str(c), t, d) for c, t, d in slices])
+    if got is None:
+        assert why == "slices too far from their order"
+        assert _farthest(slices) > window
+    else:
+        assert got == rule and why == ""
+    if _farthest(slices) <= window:
+        assert got is not None
+
+
+def test_the_stream_stops_where_it_cannot_finish():
+    """Round numbers: a slice 5 places after its order, held with a window
+    of 4 (the stream sorts its first 8), solved too soon with a window of 2;
+    a fourth thread's slices past the bytes the stream may hold (three
+    threads of 64 slices held: 64 x 24 bytes each); a sum past 2^63 - 1.
+    Once stopped, it stays stopped."""
+    late = [(0, t, 1) for t in (10, 20, 30, 40, 50)] + [(0, 5, 1)]
+    assert _stream(late, window=4)[0] == {}
+    assert _stream(late, window=2) == (None, "slices too far from their order")
+    four = [(c, t, 1) for c in range(4) for t in range(10)]
+    assert _stream(four, window=1 << 10, max_bytes=3 * 64 * 24)[1] == "more slices held than max_bytes"
+    assert _stream(four, window=1 << 10, max_bytes=4 * 64 * 24) == ({}, "")
+    big = 2**62
+    over = [(0, 0, 2**63 - 1), (0, 1, big), (0, big + 1, big)]
+    assert _stream(over, window=4) == (None, "a sum past 2^63 - 1")
+    stream = _selftime.Stream(2, 1 << 20)
+    one = [np.zeros(1, np.int32)] + [np.zeros(1, np.int64)] * 3
+    # 5 and 6 solved when 4 are held; 1 comes with the next 4
+    assert stream.feed(np.zeros(6, np.int32), np.array([5, 6, 7, 8, 1, 9], np.int64),
+                       np.ones(6, np.int64), np.arange(6, dtype=np.int64)) is False
+    assert stream.feed(*one) is False and stream.finish() is False
+
+
+def test_the_stream_checks_its_arrays():
+    stream = _selftime.Stream(4, 1 << 20)
+    ids = np.arange(3, dtype=np.int64)
+    with pytest.raises(TypeError, match="code: expected 4-byte integers"):
+        stream.feed(ids, ids, ids, ids)
+    with pytest.raises(ValueError, match="one length"):
+        stream.feed(np.zeros(3, np.int32), ids, ids[:2], ids)
+    with pytest.raises(ValueError, match="negative thread code"):
+        stream.feed(np.full(3, -1, np.int32), ids, ids, ids)
+    with pytest.raises(ValueError, match="window must be positive"):
+        _selftime.Stream(0, 1)
+
+
+def test_staged_sum_runs_merge_in_parent_order(tmp_path):
+    """300,000 parents given in a shuffled order, a run of 100,000 staged
+    at a time (each run two batches as staged): read back, every parent
+    once, in order, with its own sum (10 x its id), from the start at
+    each call."""
+    ids = np.random.default_rng(5).permutation(300_000).astype(np.int64)
+    with _sum_run(100_000):
+        runs = store._SumRuns(tmp_path)
+        for part in np.array_split(ids, 7):
+            runs.add(part.tobytes(), (part * 10).tobytes())
+        read = runs.reader()
+    assert len(list(tmp_path.glob("child_sums.run*.arrow"))) == 3
+    for _ in range(2):
+        got = pa.Table.from_batches(list(read()), schema=_SUMS)
+        assert got.column("parent_id").to_pylist() == list(range(300_000))
+        assert got.column("child_ns").to_pylist() == list(range(0, 3_000_000, 10))

@@ -243,6 +243,359 @@ static int solve(const int64_t *given, Py_ssize_t n, const int32_t *code, const 
     return out;
 }
 
+/* The same rule over a stream: slices given in any order that is close to
+   (start, longer first, event_id) within each thread (a trace's own order:
+   the 4.5 GB bench trace lists each slice at most 8,554 places from it),
+   for a trace too large to hold its slices (store._child_sums_streamed).
+   Each thread holds back its latest slices: when 2 x window are held, they
+   are sorted, the first window are solved and the rest kept. A slice that
+   comes after one solved before it should have been ends the stream
+   (DISORDER), as does holding more than max_bytes: the caller sorts the
+   trace another way. A parent's sum is final, and given out, once a later
+   slice of its thread takes its depth or one above it (no later slice can
+   then be its child), or at the end. Memory: the slices held and the
+   nesting depth of each thread, not the trace. */
+
+typedef struct {
+    int64_t ts, dur, eid;
+} Slice;
+
+typedef struct {
+    int64_t eid, sum;
+    int has;
+} Level;
+
+typedef struct {
+    Slice *held;
+    Py_ssize_t n, cap, kept; /* held[0:kept] sorted (kept by the last flush) */
+    int solved_any;
+    Slice last; /* the last slice solved */
+    Vec open;   /* the open slices' ends, a min-heap */
+    Level *levels;
+    Py_ssize_t depths, levels_cap;
+} Thread;
+
+enum { DISORDER = NO_MEMORY + 1, TOO_BIG };
+
+typedef struct {
+    PyObject_HEAD Thread *threads;
+    Py_ssize_t nthreads;
+    Py_ssize_t window;
+    size_t held_bytes, max_bytes;
+    Slice *scratch;
+    Py_ssize_t scratch_cap;
+    Vec out_eid, out_sum;
+    int state;
+} Stream;
+
+static inline int slice_before(const Slice *a, const Slice *b) {
+    if (a->ts != b->ts)
+        return a->ts < b->ts;
+    if (a->dur != b->dur)
+        return a->dur > b->dur;
+    return a->eid < b->eid;
+}
+
+/* a[0:n] in order; tmp has room for n. Insertion sort while it is cheap
+   (held slices are mostly in order), else a bottom-up merge sort. */
+static void sort_slices(Slice *a, Slice *tmp, Py_ssize_t n) {
+    Py_ssize_t budget = 8 * n + 64, i;
+    for (i = 1; i < n; i++) {
+        Slice x = a[i];
+        Py_ssize_t j = i;
+        while (j > 0 && slice_before(&x, &a[j - 1]) && budget > 0) {
+            a[j] = a[j - 1];
+            j--;
+            budget--;
+        }
+        a[j] = x;
+        if (budget == 0)
+            break;
+    }
+    if (i >= n)
+        return;
+    for (Py_ssize_t width = 1; width < n; width *= 2) {
+        for (Py_ssize_t lo = 0; lo < n; lo += 2 * width) {
+            Py_ssize_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            Py_ssize_t p = lo, q = mid, k = lo;
+            while (p < mid && q < hi)
+                tmp[k++] = slice_before(&a[q], &a[p]) ? a[q++] : a[p++];
+            while (p < mid)
+                tmp[k++] = a[p++];
+            while (q < hi)
+                tmp[k++] = a[q++];
+        }
+        memcpy(a, tmp, (size_t)n * sizeof(Slice));
+    }
+}
+
+static int give_out(Stream *s, int64_t eid, int64_t sum) {
+    if (vec_fit(&s->out_eid, s->out_eid.n + 1) || vec_fit(&s->out_sum, s->out_sum.n + 1))
+        return NO_MEMORY;
+    s->out_eid.v[s->out_eid.n++] = eid;
+    s->out_sum.v[s->out_sum.n++] = sum;
+    return DONE;
+}
+
+/* Levels from ``depth`` down are final: given out where they have children. */
+static int close_levels(Stream *s, Thread *t, Py_ssize_t depth) {
+    for (Py_ssize_t i = depth; i < t->depths; i++)
+        if (t->levels[i].has && give_out(s, t->levels[i].eid, t->levels[i].sum))
+            return NO_MEMORY;
+    t->depths = depth < t->depths ? depth : t->depths;
+    return DONE;
+}
+
+/* One slice, in the thread's order: store._Slices.solve's loop. */
+static int solve_one(Stream *s, Thread *t, const Slice *x) {
+    int64_t room = (int64_t)((uint64_t)INT64_MAX - (uint64_t)x->ts);
+    int64_t end = (int64_t)((uint64_t)x->ts + (uint64_t)(x->dur < room ? x->dur : room));
+    while (t->open.n && t->open.v[0] <= x->ts)
+        heap_pop(&t->open);
+    Py_ssize_t depth = t->open.n;
+    if (depth > 0) {
+        Level *p = &t->levels[depth - 1];
+        if (__builtin_add_overflow(p->sum, x->dur, &p->sum))
+            return OVERFLOW;
+        p->has = 1;
+    }
+    if (close_levels(s, t, depth))
+        return NO_MEMORY;
+    if (depth + 1 > t->levels_cap) {
+        Py_ssize_t cap = t->levels_cap ? t->levels_cap * 2 : 16;
+        Level *l = realloc(t->levels, (size_t)cap * sizeof(Level));
+        if (!l)
+            return NO_MEMORY;
+        t->levels = l;
+        t->levels_cap = cap;
+    }
+    t->levels[depth] = (Level){x->eid, 0, 0};
+    t->depths = depth + 1;
+    if (vec_fit(&t->open, t->open.n + 1))
+        return NO_MEMORY;
+    heap_push(&t->open, end);
+    return DONE;
+}
+
+/* Sort what the thread holds, solve all but the last ``keep``, keep those. */
+static int flush(Stream *s, Thread *t, Py_ssize_t keep) {
+    Py_ssize_t n = t->n;
+    if (s->scratch_cap < n) {
+        Slice *m = realloc(s->scratch, (size_t)n * sizeof(Slice));
+        if (!m)
+            return NO_MEMORY;
+        s->scratch = m;
+        s->scratch_cap = n;
+    }
+    Slice *h = t->held, *tmp = s->scratch;
+    sort_slices(h + t->kept, tmp, n - t->kept);
+    /* merge the kept (sorted) and the new (sorted now) */
+    Py_ssize_t p = 0, q = t->kept, k = 0;
+    while (p < t->kept && q < n)
+        tmp[k++] = slice_before(&h[q], &h[p]) ? h[q++] : h[p++];
+    while (p < t->kept)
+        tmp[k++] = h[p++];
+    while (q < n)
+        tmp[k++] = h[q++];
+    Py_ssize_t upto = n > keep ? n - keep : 0;
+    if (upto && t->solved_any && slice_before(&tmp[0], &t->last))
+        return DISORDER;
+    for (Py_ssize_t i = 0; i < upto; i++) {
+        int out = solve_one(s, t, &tmp[i]);
+        if (out != DONE)
+            return out;
+    }
+    if (upto) {
+        t->last = tmp[upto - 1];
+        t->solved_any = 1;
+    }
+    memcpy(h, tmp + upto, (size_t)(n - upto) * sizeof(Slice));
+    t->n = t->kept = n - upto;
+    return DONE;
+}
+
+static int hold(Stream *s, int32_t code, Slice x) {
+    if (code < 0)
+        return BAD_ROW;
+    if (code >= s->nthreads) {
+        Py_ssize_t m = s->nthreads ? s->nthreads : 8;
+        while (m <= code)
+            m *= 2;
+        Thread *ts = realloc(s->threads, (size_t)m * sizeof(Thread));
+        if (!ts)
+            return NO_MEMORY;
+        memset(ts + s->nthreads, 0, (size_t)(m - s->nthreads) * sizeof(Thread));
+        s->threads = ts;
+        s->nthreads = m;
+    }
+    Thread *t = &s->threads[code];
+    if (t->n == t->cap) {
+        Py_ssize_t cap = t->cap ? t->cap * 2 : 64;
+        if (cap > 2 * s->window)
+            cap = 2 * s->window;
+        s->held_bytes += (size_t)(cap - t->cap) * sizeof(Slice);
+        if (s->held_bytes > s->max_bytes)
+            return TOO_BIG;
+        Slice *h = realloc(t->held, (size_t)cap * sizeof(Slice));
+        if (!h)
+            return NO_MEMORY;
+        t->held = h;
+        t->cap = cap;
+    }
+    t->held[t->n++] = x;
+    return t->n == 2 * s->window ? flush(s, t, s->window) : DONE;
+}
+
+static void stream_free_threads(Stream *s) {
+    for (Py_ssize_t i = 0; i < s->nthreads; i++) {
+        free(s->threads[i].held);
+        free(s->threads[i].open.v);
+        free(s->threads[i].levels);
+    }
+    free(s->threads);
+    free(s->scratch);
+    s->threads = NULL;
+    s->scratch = NULL;
+    s->nthreads = s->scratch_cap = 0;
+    s->held_bytes = 0;
+}
+
+static void stream_dealloc(Stream *s) {
+    stream_free_threads(s);
+    free(s->out_eid.v);
+    free(s->out_sum.v);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int stream_init(Stream *s, PyObject *args, PyObject *kw) {
+    static char *names[] = {"window", "max_bytes", NULL};
+    Py_ssize_t window, max_bytes;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "nn", names, &window, &max_bytes))
+        return -1;
+    if (window < 1 || max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "window must be positive and max_bytes not negative");
+        return -1;
+    }
+    stream_free_threads(s);
+    s->out_eid.n = s->out_sum.n = 0;
+    s->window = window;
+    s->max_bytes = (size_t)max_bytes;
+    s->state = DONE;
+    return 0;
+}
+
+static PyObject *stream_result(Stream *s, int out) {
+    s->state = out;
+    if (out == BAD_ROW) {
+        PyErr_SetString(PyExc_ValueError, "a negative thread code");
+        return NULL;
+    }
+    if (out == NO_MEMORY)
+        return PyErr_NoMemory();
+    if (out != DONE)
+        stream_free_threads(s); /* the caller gives up on the stream */
+    return PyBool_FromLong(out == DONE);
+}
+
+static PyObject *stream_feed(Stream *s, PyObject *args) {
+    PyObject *objs[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3]))
+        return NULL;
+    if (s->state != DONE)
+        return PyBool_FromLong(0);
+    static const char *names[] = {"code", "ts", "dur", "eid"};
+    static const Py_ssize_t sizes[] = {4, 8, 8, 8};
+    Py_buffer b[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (get_ints(objs[got], &b[got], sizes[got], 0, names[got]) < 0)
+            break;
+    PyObject *result = NULL;
+    if (got == 4) {
+        Py_ssize_t n = b[0].len / 4;
+        if (b[1].len / 8 != n || b[2].len / 8 != n || b[3].len / 8 != n) {
+            PyErr_SetString(PyExc_ValueError, "code, ts, dur and eid must be of one length");
+        } else {
+            const int32_t *code = b[0].buf;
+            const int64_t *ts = b[1].buf, *dur = b[2].buf, *eid = b[3].buf;
+            int out = DONE;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t k = 0; k < n && out == DONE; k++)
+                out = hold(s, code[k], (Slice){ts[k], dur[k], eid[k]});
+            Py_END_ALLOW_THREADS
+            result = stream_result(s, out);
+        }
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&b[i]);
+    return result;
+}
+
+static PyObject *stream_finish(Stream *s, PyObject *unused) {
+    if (s->state != DONE)
+        return PyBool_FromLong(0);
+    int out = DONE;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < s->nthreads && out == DONE; i++) {
+        Thread *t = &s->threads[i];
+        out = flush(s, t, 0);
+        if (out == DONE)
+            out = close_levels(s, t, 0);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *result = stream_result(s, out);
+    if (out == DONE)
+        stream_free_threads(s);
+    return result;
+}
+
+static PyObject *stream_take(Stream *s, PyObject *unused) {
+    PyObject *eid = PyBytes_FromStringAndSize((const char *)s->out_eid.v, s->out_eid.n * 8);
+    PyObject *sum = eid ? PyBytes_FromStringAndSize((const char *)s->out_sum.v, s->out_sum.n * 8) : NULL;
+    if (!sum) {
+        Py_XDECREF(eid);
+        return NULL;
+    }
+    s->out_eid.n = s->out_sum.n = 0;
+    return Py_BuildValue("(NN)", eid, sum);
+}
+
+static PyObject *stream_get_why(Stream *s, void *unused) {
+    static const char *why[] = {"", "a sum past 2^63 - 1", "", "", "slices too far from their order",
+                                "more slices held than max_bytes"};
+    return PyUnicode_FromString(why[s->state]);
+}
+
+static PyMethodDef stream_methods[] = {
+    {"feed", (PyCFunction)stream_feed, METH_VARARGS,
+     "feed(code, ts, dur, eid) -> bool\n\nHolds slices (int32 thread codes, int64 start, duration, event_id),\n"
+     "solving those that the window passes. False once the stream cannot be\n"
+     "finished (``why``). The GIL is let go."},
+    {"finish", (PyCFunction)stream_finish, METH_NOARGS,
+     "finish() -> bool\n\nSolves every slice held; False if the stream cannot be finished."},
+    {"take", (PyCFunction)stream_take, METH_NOARGS,
+     "take() -> (bytes, bytes)\n\nThe final sums given out since the last take: parents' event_ids and\n"
+     "their children's summed durations, as int64s, in no order (each parent once)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef stream_getset[] = {
+    {"why", (getter)stream_get_why, NULL, "Why the stream stopped, or ''.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject StreamType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracedb._selftime.Stream",
+    .tp_basicsize = sizeof(Stream),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Stream(window, max_bytes): child sums of slices given in about their order.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)stream_init,
+    .tp_dealloc = (destructor)stream_dealloc,
+    .tp_methods = stream_methods,
+    .tp_getset = stream_getset,
+};
+
 static PyObject *st_child_sums(PyObject *self, PyObject *args) {
     PyObject *objs[6];
     if (!PyArg_ParseTuple(args, "OOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
@@ -292,4 +645,13 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_selftime", "Self time's children, in C.", -1, methods};
 
-PyMODINIT_FUNC PyInit__selftime(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__selftime(void) {
+    if (PyType_Ready(&StreamType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -14,10 +14,11 @@ the staged rows, in event_id order (the events lane after lane: a row
 group holds one lane, schema.EVENT_LANES): it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
 ``self_ns`` (the children's time comes from a sort of the slices in
-memory, by the C pass of _selftime.c or by numpy, or for a trace of more
-than IN_MEMORY_EVENTS from DuckDB's external sort, summed and sorted by
-parent, and is matched to the rows as both go by: no join, no sort of the
-whole table).
+memory, by the C pass of _selftime.c or by numpy; for a trace of more
+than IN_MEMORY_EVENTS, from the C pass over the slices in the trace's
+order, a window of each thread's sorted at a time, or where that cannot
+be, DuckDB's external sort; summed and sorted by parent, and matched to
+the rows as both go by: no join, no sort of the whole table).
 ``publish`` puts the final files into their partitions, atomically, through
 the warehouse's storage.
 A file in a partition is visible to queries only once the catalog lists it
@@ -26,6 +27,8 @@ A file in a partition is visible to queries only once the catalog lists it
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
 import json
 import os
@@ -67,6 +70,16 @@ FINALIZE_MEMORY = "256MB"
 # sums peak 280 MiB above the process's 120); above, by DuckDB's external
 # sort, whose memory is bounded.
 IN_MEMORY_EVENTS = 5_000_000
+# Above, the slices go through the C pass as a stream (_child_sums_streamed):
+# each thread's latest STREAM_WINDOW to 2 x STREAM_WINDOW slices are held and
+# sorted (the 4.5 GB bench trace lists a slice up to 8,554 places from its
+# thread's order), at most STREAM_HELD_BYTES of them in all (24 bytes a
+# slice); a trace further from its order, or with more threads than that
+# holds, takes DuckDB's external sort. The final sums are sorted by parent
+# SUM_RUN at a time, staged and merged.
+STREAM_WINDOW = 1 << 14
+STREAM_HELD_BYTES = 64 << 20
+SUM_RUN = 1 << 21
 
 
 # Self time of every slice: its duration less the durations of its direct
@@ -174,31 +187,28 @@ def _child_pairs(con: duckdb.DuckDBPyConnection, src: str, dst: Path, batch_rows
                     w.write_batch(pa.record_batch([pa.array(parents), pa.array(durs)], schema=_PAIR_SCHEMA))
 
 
-class _Slices:
-    """A trace's slices in numpy arrays indexed by event_id: start,
-    duration, thread code, and whether the event is a slice. Filled a
-    staged file at a time (``add``, from several threads: each file writes
-    its own event_ids); a thread, (pid, tid), gets the next code the first
-    time any file has it."""
+def _slice_rows(path: Path) -> pa.Table | None:
+    """A staged file's slices (_SLICE_COLUMNS; ph 'X' with a start, a
+    duration of 0 or more and a thread), None where it has none."""
+    t = _read_staged(path, _SLICE_COLUMNS)
+    dur = t.column("dur_ns")
+    keep = pc.and_kleene(pc.equal(t.column("ph"), "X"), pc.greater_equal(dur, 0))
+    for col in (t.column("ts_ns"), t.column("pid"), t.column("tid")):
+        keep = pc.and_kleene(keep, pc.is_valid(col))
+    t = t.filter(pc.fill_null(keep, False))
+    return t if t.num_rows else None
 
-    def __init__(self, events: int):
-        self.ts = np.zeros(events, np.int64)
-        self.dur = np.zeros(events, np.int64)
-        self.code = np.zeros(events, np.int32)
-        self.is_slice = np.zeros(events, np.bool_)
-        self.beyond = False  # an event_id past ``events``: these arrays cannot hold the trace
+
+class _ThreadCodes:
+    """A small integer for each thread, (pid, tid): the next code the
+    first time any staged file has it (files read on several threads)."""
+
+    def __init__(self) -> None:
         self._codes: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def add(self, path: Path) -> None:
-        t = _read_staged(path, _SLICE_COLUMNS)
-        ts, dur = t.column("ts_ns"), t.column("dur_ns")
-        keep = pc.and_kleene(pc.equal(t.column("ph"), "X"), pc.greater_equal(dur, 0))
-        for col in (ts, t.column("pid"), t.column("tid")):
-            keep = pc.and_kleene(keep, pc.is_valid(col))
-        t = t.filter(pc.fill_null(keep, False))
-        if t.num_rows == 0:
-            return
+    def of(self, t: pa.Table) -> np.ndarray:
+        """The int32 code of each row of ``t`` (_slice_rows)."""
         pid = t.column("pid").combine_chunks().dictionary_encode()
         tid = t.column("tid").combine_chunks().dictionary_encode()
         width = len(tid.dictionary)
@@ -209,13 +219,35 @@ class _Slices:
         with self._lock:
             lookup[present] = [self._codes.setdefault((pids[i // width], tids[i % width]), len(self._codes))
                                for i in present]
+        return lookup[local]
+
+
+class _Slices:
+    """A trace's slices in numpy arrays indexed by event_id: start,
+    duration, thread code, and whether the event is a slice. Filled a
+    staged file at a time (``add``, from several threads: each file writes
+    its own event_ids)."""
+
+    def __init__(self, events: int):
+        self.ts = np.zeros(events, np.int64)
+        self.dur = np.zeros(events, np.int64)
+        self.code = np.zeros(events, np.int32)
+        self.is_slice = np.zeros(events, np.bool_)
+        self.beyond = False  # an event_id past ``events``: these arrays cannot hold the trace
+        self._codes = _ThreadCodes()
+
+    def add(self, path: Path) -> None:
+        t = _slice_rows(path)
+        if t is None:
+            return
+        code = self._codes.of(t)
         eid = t.column("event_id").to_numpy()
         if eid.max() >= len(self.ts):
             self.beyond = True
             return
         self.ts[eid] = t.column("ts_ns").to_numpy()
         self.dur[eid] = t.column("dur_ns").to_numpy()
-        self.code[eid] = lookup[local]
+        self.code[eid] = code
         self.is_slice[eid] = True
 
     def halves(self) -> list[np.ndarray]:
@@ -300,6 +332,116 @@ def _child_sums_in_memory(sources: list[Path], events: int, threads: int = 2,
     # trace); the pass that writes the events would come on top of it.
     give_back_freed()
     return sums
+
+
+def _child_sums_streamed(sources: list[Path], spill: Path, threads: int = 2
+                         ) -> Callable[[], Iterator[pa.RecordBatch]] | None:
+    """What ``_child_sums_in_memory`` gives, for a trace too large to hold
+    its slices: the staged files read in order (on ``threads`` threads, a
+    few ahead) and their slices fed to the C pass's stream, whose final
+    sums are sorted and staged in ``spill`` a run at a time (_SumRuns).
+    A 4.5 GB trace's 12M slices: 2.2-2.5 s and 3.4-3.7 CPU-s, against
+    8.0-8.4 and 14.2-14.6 by DuckDB's sort. None where the stream stops
+    (slices too far from their order, too many held, a sum past 2^63)."""
+    stream = _selftime.Stream(STREAM_WINDOW, STREAM_HELD_BYTES)
+    codes = _ThreadCodes()
+    runs = _SumRuns(spill)
+
+    def read(path: Path) -> tuple[np.ndarray, ...] | None:
+        t = _slice_rows(path)
+        if t is None:
+            return None
+        return (codes.of(t),) + tuple(t.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "event_id"))
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for slices in _read_ahead(pool, read, sources, threads):
+            if slices is not None:
+                if not stream.feed(*slices):
+                    return None
+                runs.add(*stream.take())
+    if not stream.finish():
+        return None
+    runs.add(*stream.take())
+    return runs.reader()
+
+
+def _read_ahead(pool: ThreadPoolExecutor, read: Callable, paths: list[Path], ahead: int) -> Iterator:
+    """``read`` of each path, in order, up to ``ahead`` more being read on
+    ``pool`` meanwhile."""
+    pending: collections.deque = collections.deque()
+    for path in paths:
+        pending.append(pool.submit(read, path))
+        if len(pending) > ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+class _SumRuns:
+    """(parent_id, child_ns) pairs given in no order, each parent once:
+    sorted and staged as Arrow IPC a SUM_RUN at a time, read back merged in
+    parent order. Memory: a run, and a batch of each run as they merge."""
+
+    def __init__(self, spill: Path):
+        self._spill = spill
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []
+        self._count = 0
+        self._paths: list[Path] = []
+
+    def add(self, eids: bytes, sums: bytes) -> None:
+        if eids:
+            self._held.append((np.frombuffer(eids, np.int64), np.frombuffer(sums, np.int64)))
+            self._count += len(self._held[-1][0])
+        if self._count >= SUM_RUN:
+            self._stage()
+
+    def _sorted(self) -> pa.Table:
+        eids = np.concatenate([e for e, _ in self._held] or [np.empty(0, np.int64)])
+        sums = np.concatenate([v for _, v in self._held] or [np.empty(0, np.int64)])
+        self._held, self._count = [], 0
+        order = np.argsort(eids, kind="stable")
+        return pa.table({"parent_id": eids[order], "child_ns": sums[order]})
+
+    def _stage(self) -> None:
+        path = self._spill / f"child_sums.run{len(self._paths):04d}.arrow"
+        run = self._sorted()
+        with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, run.schema, options=_PIECE_PLAIN) as w:
+            w.write_table(run, max_chunksize=1 << 16)
+        self._paths.append(path)
+
+    def reader(self) -> Callable[[], Iterator[pa.RecordBatch]]:
+        """The sums in parent order, from the start at each call."""
+        if not self._paths:
+            sums = self._sorted()
+            return lambda: iter(sums.to_batches(1 << 16))
+        if self._count:
+            self._stage()
+        return lambda: _merged(self._paths)
+
+
+def _merged(paths: list[Path]) -> Iterator[pa.RecordBatch]:
+    """The staged runs' rows (parent_id, child_ns; each sorted, no
+    parent_id in two) in parent_id order: each time, every run's rows up to
+    the least of the runs' last read parent_id."""
+    with contextlib.ExitStack() as files:
+        readers = [ipc.open_file(files.enter_context(pa.OSFile(str(p))), options=_PIECE_READ) for p in paths]
+        at = [0] * len(readers)
+        heads: list[pa.RecordBatch | None] = [None] * len(readers)
+        while True:
+            for i, r in enumerate(readers):
+                if heads[i] is None and at[i] < r.num_record_batches:
+                    heads[i], at[i] = r.get_batch(at[i]), at[i] + 1
+            live = [i for i, h in enumerate(heads) if h is not None]
+            if not live:
+                return
+            bound = min(heads[i].column(0)[-1].as_py() for i in live)
+            parts = []
+            for i in live:
+                upto = int(np.searchsorted(heads[i].column(0).to_numpy(), bound, "right"))
+                parts.append(heads[i].slice(0, upto))
+                heads[i] = heads[i].slice(upto) if upto < heads[i].num_rows else None
+            batch = pa.Table.from_batches(parts).combine_chunks()
+            yield batch.take(pc.sort_indices(batch.column(0))).to_batches()[0]
 
 
 def give_back_freed() -> None:
@@ -740,12 +882,17 @@ class TraceWriter:
                     threads: int) -> Callable[[], Iterator[pa.RecordBatch]]:
         """Summed child time per parent event_id, in parent order, read from
         the start by each call (a reader for each lane): sorted in memory
-        for a trace of up to IN_MEMORY_EVENTS, else by DuckDB's external
-        sort; on ``threads`` threads."""
+        for a trace of up to IN_MEMORY_EVENTS, else streamed through the C
+        pass, and where that stops, by DuckDB's external sort; on
+        ``threads`` threads."""
         if events <= IN_MEMORY_EVENTS:
             sums = _child_sums_in_memory(sources, events, threads)
             if sums is not None:
                 return lambda: iter(sums.to_batches(1 << 16))
+        elif _selftime is not None:
+            streamed = _child_sums_streamed(sources, self.dir, threads)
+            if streamed is not None:
+                return streamed
         path = self.dir / "child_sums.parquet"
         # The slices' sort on ``threads``: on two, a 1 GiB trace's takes
         # 1.3 s instead of 2.1, at 17 MiB more.
