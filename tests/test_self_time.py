@@ -348,3 +348,36 @@ def test_staged_sum_runs_merge_in_parent_order(tmp_path):
         got = pa.Table.from_batches(list(read()), schema=_SUMS)
         assert got.column("parent_id").to_pylist() == list(range(300_000))
         assert got.column("child_ns").to_pylist() == list(range(0, 3_000_000, 10))
+
+
+@pytest.mark.parametrize("rel", ["deepseek/train.json", "hta/nccl_parser_config/nccl_data.json.gz"])
+@pytest.mark.parametrize("in_memory_events", [5_000_000, 0], ids=["in memory", "streamed"])
+def test_real_traces_self_times_follow_the_rule(tmp_path, monkeypatch, rel, in_memory_events):
+    """Traces no one here wrote (DeepSeek's training trace, an HTA test
+    trace with GPU streams and NCCL): every slice's self_ns equals its
+    duration less its children's by the rule, computed over json.load's
+    events (event order breaks ties), whether the trace is sorted in memory
+    or streamed (as a trace past IN_MEMORY_EVENTS is)."""
+    from collections import Counter
+
+    import tracedb
+    from conftest import corpus_file, load_json
+    from oracle import ts_ns
+
+    path = corpus_file(rel)
+    doc = load_json(path)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    slices, names = [], []
+    for e in events:
+        if (isinstance(e, dict) and e.get("ph") == "X" and e.get("ts") is not None and e.get("dur") is not None
+                and e.get("pid") is not None and e.get("tid") is not None and ts_ns(e["dur"]) >= 0):
+            slices.append((str(e["pid"]), str(e["tid"]), ts_ns(e["ts"]), ts_ns(e["dur"])))
+            names.append(e.get("name"))
+    sums = _by_rule(slices)
+    expected = Counter((names[i], s[0], s[1], s[3], s[3] - sums.get(i, 0)) for i, s in enumerate(slices))
+    monkeypatch.setattr(store, "IN_MEMORY_EVENTS", in_memory_events)
+    db = tracedb.TraceDB(tmp_path / "wh")
+    db.ingest([path], run="r")
+    got = Counter(db.sql("SELECT name, pid, tid, dur_ns, self_ns FROM events WHERE ph = 'X'").fetchall())
+    assert len(slices) > 1000 and sum(1 for i in sums) > 100
+    assert got == expected
