@@ -363,8 +363,9 @@ def test_finalize_row_groups_hold_one_lane(size, max_bytes, expected):
     assert [x for _, t in got for x in t.column("x").to_pylist()] == list(range(at))
 
 
-@pytest.mark.parametrize(("in_memory_events", "stream_window"), [(5_000_000, 1 << 14), (0, 1 << 14), (0, 1)],
-                         ids=["sorted in memory", "streamed", "sorted by DuckDB (too far from its order to stream)"])
+@pytest.mark.parametrize(("in_memory_events", "stream_window"), [(5_000_000, 1 << 14), (5_000_000, 1), (0, 1)],
+                         ids=["streamed as parsed", "sorted in memory (too far from its order to stream)",
+                              "sorted by DuckDB (too far from its order to stream)"])
 def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_events, stream_window):
     """Nesting that spans pieces (children written before their parents, a
     slice holding the whole trace written last; events without a phase make
@@ -397,6 +398,9 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     monkeypatch.setattr("tracedb.store.FINAL_ROW_GROUP", 100)
     monkeypatch.setattr("tracedb.store.IN_MEMORY_EVENTS", in_memory_events)
     monkeypatch.setattr("tracedb.store.STREAM_WINDOW", stream_window)
+    if stream_window > 1:  # the stream fed as pieces finish, in any order, must not stop
+        monkeypatch.setattr("tracedb.store._child_sums_in_memory", lambda *a: pytest.fail("the stream stopped"))
+        monkeypatch.setattr("tracedb.store._child_pairs", lambda *a: pytest.fail("the stream stopped"))
     db = tracedb.TraceDB(tmp_path / "wh")
     db.ingest([tmp_path / "runs"], jobs=2)
     expected = {"whole": 100000 - 20 * 4000}

@@ -351,13 +351,15 @@ def test_staged_sum_runs_merge_in_parent_order(tmp_path):
 
 
 @pytest.mark.parametrize("rel", ["deepseek/train.json", "hta/nccl_parser_config/nccl_data.json.gz"])
-@pytest.mark.parametrize("in_memory_events", [5_000_000, 0], ids=["in memory", "streamed"])
-def test_real_traces_self_times_follow_the_rule(tmp_path, monkeypatch, rel, in_memory_events):
+@pytest.mark.parametrize(("in_memory_events", "stream_window"), [(5_000_000, 1 << 14), (5_000_000, 1), (0, 1)],
+                         ids=["streamed as parsed", "in memory", "DuckDB"])
+def test_real_traces_self_times_follow_the_rule(tmp_path, monkeypatch, rel, in_memory_events, stream_window):
     """Traces no one here wrote (DeepSeek's training trace, an HTA test
     trace with GPU streams and NCCL): every slice's self_ns equals its
     duration less its children's by the rule, computed over json.load's
-    events (event order breaks ties), whether the trace is sorted in memory
-    or streamed (as a trace past IN_MEMORY_EVENTS is)."""
+    events (event order breaks ties), whether the stream solves them as the
+    trace is parsed, or (a window too small: Kineto writes a slice when it
+    ends, after its children) the trace is sorted in memory or by DuckDB."""
     from collections import Counter
 
     import tracedb
@@ -376,8 +378,47 @@ def test_real_traces_self_times_follow_the_rule(tmp_path, monkeypatch, rel, in_m
     sums = _by_rule(slices)
     expected = Counter((names[i], s[0], s[1], s[3], s[3] - sums.get(i, 0)) for i, s in enumerate(slices))
     monkeypatch.setattr(store, "IN_MEMORY_EVENTS", in_memory_events)
+    monkeypatch.setattr(store, "STREAM_WINDOW", stream_window)
+    if stream_window > 1:  # the stream must not stop on a real trace's order
+        monkeypatch.setattr(store, "_child_sums_in_memory", lambda *a: pytest.fail("the stream stopped"))
+        monkeypatch.setattr(store, "_child_pairs", lambda *a: pytest.fail("the stream stopped"))
     db = tracedb.TraceDB(tmp_path / "wh")
     db.ingest([path], run="r")
     got = Counter(db.sql("SELECT name, pid, tid, dur_ns, self_ns FROM events WHERE ph = 'X'").fetchall())
     assert len(slices) > 1000 and sum(1 for i in sums) > 100
     assert got == expected
+
+
+def _events_batch(rows: list[tuple[int, int, int]]) -> pa.RecordBatch:
+    """Staged events rows (event_id, ts_ns, dur_ns): slices of one thread."""
+    from tracedb.schema import SCHEMAS
+
+    schema = SCHEMAS["events"]
+    n = len(rows)
+    given = {"event_id": [r[0] for r in rows], "ts_ns": [r[1] for r in rows], "dur_ns": [r[2] for r in rows],
+             "ph": ["X"] * n, "pid": ["1"] * n, "tid": ["1"] * n}
+    return pa.record_batch([pa.array(given[f.name], f.type) if f.name in given else pa.nulls(n, f.type)
+                            for f in schema], schema=schema)
+
+
+def test_pieces_feed_the_stream_in_piece_order(tmp_path, monkeypatch):
+    """Pieces finish in any order (2, 1, 0 here; piece 1 staged no events):
+    the writer feeds the stream piece 0 first. Round numbers: a slice of
+    100 in piece 0 holds the three of 10 in piece 2. With a window of 1,
+    piece 2 fed first would have its slices solved before piece 0's parent
+    came, and the stream would stop."""
+    from tracedb.warehouse import Warehouse
+
+    monkeypatch.setattr(store, "STREAM_WINDOW", 1)
+    writer = store.TraceWriter(Warehouse(tmp_path / "wh"))
+    rows = {0: [(0, 0, 100)], 2: [(5, 10, 10), (6, 30, 10), (7, 50, 10)]}
+    try:
+        for number in (2, 1, 0):
+            staged = [("events", writer.write_part("events", number, [_events_batch(rows[number])], [0]))
+                      ] if number in rows else []
+            writer.add_piece(number, staged)
+        sums = writer._streamed_sums()
+        assert sums is not None
+        assert pa.Table.from_batches(list(sums()), schema=_SUMS).to_pydict() == {"parent_id": [0], "child_ns": [30]}
+    finally:
+        writer.discard()

@@ -175,7 +175,7 @@ def _parse_piece_to_parts(piece: Piece, path: str, writer: TraceWriter):
     parts = [(table, writer.write_part(table, piece.number, batches, res.event_lanes if table == "events" else None))
              for table, batches in by_table.items()]
     res.batches = []
-    return res, parts
+    return res, piece.number, parts
 
 
 class Stopped(Exception):
@@ -210,10 +210,9 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
     between pieces."""
     sp = SplitParser(path)
 
-    def staged(res, parts) -> None:
+    def staged(res, number, parts) -> None:
         sp.add(res)
-        for table, part in parts:
-            writer.add_part(table, part)
+        writer.add_piece(number, parts)
 
     if workers <= 1:
         # Parts here too: finalize then sorts each piece on its own, not the trace.

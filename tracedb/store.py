@@ -13,12 +13,13 @@ Parquet's cost.
 the staged rows, in event_id order (the events lane after lane: a row
 group holds one lane, schema.EVENT_LANES): it adds ``file_id``, shifts times by
 ``baseTimeNanoseconds`` (known only once the whole trace is read) and adds
-``self_ns`` (the children's time comes from a sort of the slices in
-memory, by the C pass of _selftime.c or by numpy; for a trace of more
-than IN_MEMORY_EVENTS, from the C pass over the slices in the trace's
-order, a window of each thread's sorted at a time, or where that cannot
-be, DuckDB's external sort; summed and sorted by parent, and matched to
-the rows as both go by: no join, no sort of the whole table).
+``self_ns`` (the children's time comes from
+the C pass of _selftime.c over the slices in the trace's order, a window
+of each thread's sorted at a time, fed as the parse stages each piece;
+where that cannot be, a sort of the slices in memory, by the same C pass or
+by numpy, or for a trace of more than IN_MEMORY_EVENTS, DuckDB's external
+sort; summed and sorted by parent, and matched to the rows as both go by:
+no join, no sort of the whole table).
 ``publish`` puts the final files into their partitions, atomically, through
 the warehouse's storage.
 A file in a partition is visible to queries only once the catalog lists it
@@ -64,19 +65,19 @@ if TYPE_CHECKING:
     from .warehouse import Warehouse
 
 FINALIZE_MEMORY = "256MB"
-# Up to this many events (JSON events: a 1 GiB trace has 4.5M, 3M of them
-# slices), a trace's slices are sorted for self_ns in memory by numpy
-# (_Slices: 21 bytes an event, and the sort's copies; the 1 GiB trace's
-# sums peak 280 MiB above the process's 120); above, by DuckDB's external
-# sort, whose memory is bounded.
+# Self time's children come from the C pass as a stream (_SumsStream), fed
+# each piece as the parse stages it (or, for the streaming parser's file,
+# in finalize): each thread's latest STREAM_WINDOW to 2 x STREAM_WINDOW
+# slices are held and sorted (the 4.5 GB bench trace lists a slice up to
+# 8,554 places after its place in its thread's order), at most
+# STREAM_HELD_BYTES of them in all (24 bytes a slice). The final sums are
+# sorted by parent SUM_RUN at a time, staged and merged. A trace further
+# from its order, or with more threads than that holds, is sorted: up to
+# IN_MEMORY_EVENTS (JSON events: a 1 GiB trace has 4.5M, 3M of them
+# slices), in memory (_Slices: 21 bytes an event, and the sort's copies;
+# the 1 GiB trace's sums peak 280 MiB above the process's 120); above, by
+# DuckDB's external sort, whose memory is bounded.
 IN_MEMORY_EVENTS = 5_000_000
-# Above, the slices go through the C pass as a stream (_child_sums_streamed):
-# each thread's latest STREAM_WINDOW to 2 x STREAM_WINDOW slices are held and
-# sorted (the 4.5 GB bench trace lists a slice up to 8,554 places from its
-# thread's order), at most STREAM_HELD_BYTES of them in all (24 bytes a
-# slice); a trace further from its order, or with more threads than that
-# holds, takes DuckDB's external sort. The final sums are sorted by parent
-# SUM_RUN at a time, staged and merged.
 STREAM_WINDOW = 1 << 14
 STREAM_HELD_BYTES = 64 << 20
 SUM_RUN = 1 << 21
@@ -334,35 +335,56 @@ def _child_sums_in_memory(sources: list[Path], events: int, threads: int = 2,
     return sums
 
 
+class _SumsStream:
+    """The C pass's stream (_selftime.Stream) fed a trace's staged files in
+    event order, its final sums sorted and staged in ``spill`` a run at a
+    time (_SumRuns). ``read`` runs on any thread, ``feed`` and ``finish``
+    on one."""
+
+    def __init__(self, spill: Path):
+        self._stream = _selftime.Stream(STREAM_WINDOW, STREAM_HELD_BYTES)
+        self._codes = _ThreadCodes()
+        self._runs = _SumRuns(spill)
+        self.going = True  # False once the stream has stopped
+
+    def read(self, path: Path) -> tuple[np.ndarray, ...] | None:
+        """A staged file's slices as the stream takes them."""
+        t = _slice_rows(path)
+        if t is None:
+            return None
+        return (self._codes.of(t),) + tuple(t.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "event_id"))
+
+    def feed(self, slices: tuple[np.ndarray, ...] | None) -> bool:
+        if self.going and slices is not None:
+            self.going = self._stream.feed(*slices)
+            if self.going:
+                self._runs.add(*self._stream.take())
+        return self.going
+
+    def finish(self) -> Callable[[], Iterator[pa.RecordBatch]] | None:
+        """The sums in parent order (a reader, as _SumRuns.reader), or None
+        where the stream stopped (slices too far from their order, too
+        many held, a sum past 2^63)."""
+        if not (self.going and self._stream.finish()):
+            self.going = False
+            return None
+        self._runs.add(*self._stream.take())
+        return self._runs.reader()
+
+
 def _child_sums_streamed(sources: list[Path], spill: Path, threads: int = 2
                          ) -> Callable[[], Iterator[pa.RecordBatch]] | None:
     """What ``_child_sums_in_memory`` gives, for a trace too large to hold
     its slices: the staged files read in order (on ``threads`` threads, a
-    few ahead) and their slices fed to the C pass's stream, whose final
-    sums are sorted and staged in ``spill`` a run at a time (_SumRuns).
-    A 4.5 GB trace's 12M slices: 2.2-2.5 s and 3.4-3.7 CPU-s, against
-    8.0-8.4 and 14.2-14.6 by DuckDB's sort. None where the stream stops
-    (slices too far from their order, too many held, a sum past 2^63)."""
-    stream = _selftime.Stream(STREAM_WINDOW, STREAM_HELD_BYTES)
-    codes = _ThreadCodes()
-    runs = _SumRuns(spill)
-
-    def read(path: Path) -> tuple[np.ndarray, ...] | None:
-        t = _slice_rows(path)
-        if t is None:
-            return None
-        return (codes.of(t),) + tuple(t.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "event_id"))
-
+    few ahead) and fed to a _SumsStream. A 4.5 GB trace's 12M slices:
+    2.2-2.5 s and 3.4-3.7 CPU-s, against 8.0-8.4 and 14.2-14.6 by DuckDB's
+    sort. None where the stream stops."""
+    sums = _SumsStream(spill)
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for slices in _read_ahead(pool, read, sources, threads):
-            if slices is not None:
-                if not stream.feed(*slices):
-                    return None
-                runs.add(*stream.take())
-    if not stream.finish():
-        return None
-    runs.add(*stream.take())
-    return runs.reader()
+        for slices in _read_ahead(pool, sums.read, sources, threads):
+            if not sums.feed(slices):
+                return None
+    return sums.finish()
 
 
 def _read_ahead(pool: ThreadPoolExecutor, read: Callable, paths: list[Path], ahead: int) -> Iterator:
@@ -771,6 +793,13 @@ class TraceWriter:
         self._tables: set[str] = set()
         self._parts: dict[str, list[Path]] = {}
         self.final: dict[str, Path] = {}
+        # Self time's stream, fed each piece's events as the parse stages
+        # them (add_piece), in piece order: finalize then waits for no sort.
+        self._sums = _SumsStream(self.dir) if _selftime is not None else None
+        self._unfed: dict[int, Path | None] = {}  # pieces staged out of order, by number
+        self._next_piece = 0
+        self._feeder: ThreadPoolExecutor | None = None  # feeds it, one piece after another
+        self._fed: list = []
 
     def staged(self, table: str) -> Path:
         return self.dir / f"{table}.staged.parquet"
@@ -813,8 +842,44 @@ class TraceWriter:
             raise cannot_write(self.warehouse, e) from None
         return path
 
-    def add_part(self, table: str, path: Path) -> None:
-        self._parts.setdefault(table, []).append(path)
+    def add_piece(self, number: int, parts: list[tuple[str, Path]]) -> None:
+        """A piece's staged parts (write_part: (table, path)); its events'
+        slices go to self time's stream once every piece before it has
+        gone (pieces are numbered from 0, and finish in any order). On the
+        parse's one collecting thread: the stream's C pass lets go of the
+        GIL, and the parse's threads go on meanwhile."""
+        events = None
+        for table, path in parts:
+            self._parts.setdefault(table, []).append(path)
+            if table == "events":
+                events = path
+        self._unfed[number] = events
+        while self._next_piece in self._unfed:
+            self._feed(self._unfed.pop(self._next_piece))
+            self._next_piece += 1
+
+    def _feed(self, events: Path | None) -> None:
+        if events is not None and self._sums is not None:
+            if self._feeder is None:
+                self._feeder = ThreadPoolExecutor(max_workers=1)
+            self._fed.append(self._feeder.submit(lambda: self._sums.going and self._sums.feed(self._sums.read(events))))
+
+    def _stop_feeding(self, cancel: bool = False) -> None:
+        """The feeder's pieces fed (or with ``cancel``, those not begun let go)."""
+        if self._feeder is not None:
+            self._feeder.shutdown(wait=True, cancel_futures=cancel)
+            self._feeder = None
+
+    def _streamed_sums(self) -> Callable[[], Iterator[pa.RecordBatch]] | None:
+        """The sums of the stream fed by add_piece (any pieces left, where
+        numbers had a gap, fed now in order), or None where it stopped."""
+        for number in sorted(self._unfed):
+            self._feed(self._unfed.pop(number))
+        self._stop_feeding()
+        for fed in self._fed:
+            fed.result()  # an error reading a part
+        self._fed = []
+        return self._sums.finish()
 
     def _sources(self, table: str) -> list[Path]:
         staged = [self.staged(table)] if table in self._tables else []
@@ -881,18 +946,22 @@ class TraceWriter:
     def _child_sums(self, sources: list[Path], events: int,
                     threads: int) -> Callable[[], Iterator[pa.RecordBatch]]:
         """Summed child time per parent event_id, in parent order, read from
-        the start by each call (a reader for each lane): sorted in memory
-        for a trace of up to IN_MEMORY_EVENTS, else streamed through the C
-        pass, and where that stops, by DuckDB's external sort; on
-        ``threads`` threads."""
+        the start by each call (a reader for each lane): from the C pass's
+        stream, fed by the parse (pieces) or here (the streaming parser's
+        file, past IN_MEMORY_EVENTS); where it stops or is not built,
+        sorted in memory for a trace of up to IN_MEMORY_EVENTS, else by
+        DuckDB's external sort; on ``threads`` threads."""
+        streamed = None
+        if self._sums is not None and self._parts and not self._tables:
+            streamed = self._streamed_sums()  # fed by the parse
+        elif _selftime is not None and events > IN_MEMORY_EVENTS:
+            streamed = _child_sums_streamed(sources, self.dir, threads)
+        if streamed is not None:
+            return streamed
         if events <= IN_MEMORY_EVENTS:
             sums = _child_sums_in_memory(sources, events, threads)
             if sums is not None:
                 return lambda: iter(sums.to_batches(1 << 16))
-        elif _selftime is not None:
-            streamed = _child_sums_streamed(sources, self.dir, threads)
-            if streamed is not None:
-                return streamed
         path = self.dir / "child_sums.parquet"
         # The slices' sort on ``threads``: on two, a 1 GiB trace's takes
         # 1.3 s instead of 2.1, at 17 MiB more.
@@ -975,6 +1044,7 @@ class TraceWriter:
         return out
 
     def discard(self) -> None:
+        self._stop_feeding(cancel=True)
         for w in self._writers.values():
             try:
                 w.close()
