@@ -245,8 +245,9 @@ static int solve(const int64_t *given, Py_ssize_t n, const int32_t *code, const 
 
 /* The same rule over a stream: slices given in any order that is close to
    (start, longer first, event_id) within each thread (a trace's own order:
-   the 4.5 GB bench trace lists each slice at most 8,554 places from it),
-   for a trace too large to hold its slices (store._child_sums_streamed).
+   the 4.5 GB bench trace lists each slice at most 8,554 places after its
+   place), fed as the parse stages each piece (store._SumsStream): no sort
+   of the whole trace, and no array of it.
    Each thread holds back its latest slices: when 2 x window are held, they
    are sorted, the first window are solved and the rest kept. A slice that
    comes after one solved before it should have been ends the stream

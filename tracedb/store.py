@@ -823,7 +823,7 @@ class TraceWriter:
                    lanes: list[int] | None = None) -> Path:
         """Stage the rows of one piece, the events' with the lane of each
         batch (``PieceResult.event_lanes``): uncompressed while the writer's
-        plain_bytes last, else lz4. Returns the part, for ``add_part``."""
+        plain_bytes last, else lz4. Returns the part, for ``add_piece``."""
         path = self.part(table, number)
         schema = SCHEMAS[table]
         if lanes is not None:
