@@ -845,9 +845,10 @@ class TraceWriter:
     def add_piece(self, number: int, parts: list[tuple[str, Path]]) -> None:
         """A piece's staged parts (write_part: (table, path)); its events'
         slices go to self time's stream once every piece before it has
-        gone (pieces are numbered from 0, and finish in any order). On the
-        parse's one collecting thread: the stream's C pass lets go of the
-        GIL, and the parse's threads go on meanwhile."""
+        gone (pieces are numbered from 0, and finish in any order). Called
+        on the parse's one collecting thread; the stream is fed on a thread
+        of its own, a piece after another, while the parse goes on (fed on
+        the collecting thread, the parse waited for it)."""
         events = None
         for table, path in parts:
             self._parts.setdefault(table, []).append(path)
