@@ -102,6 +102,41 @@ static inline int col_offset(Col *c) {
     return buf_put(&c->offs, &o, 4);
 }
 
+/* Rows up to ``row`` (not yet put) as nulls, at once. A typed args column
+   is null for most events: its value is put where the event has the key,
+   and the rows before it are padded here (zero bits and values, the last
+   offset repeated), as a null put for each would have written them. */
+static int col_pad(Col *c, int64_t row) {
+    int64_t k = row - c->n;
+    if (k <= 0)
+        return 0;
+    size_t bytes = (size_t)((row + 7) >> 3);
+    if (bytes > c->valid.len) {
+        if (buf_grow(&c->valid, bytes - c->valid.len))
+            return -1;
+        memset(c->valid.p + c->valid.len, 0, bytes - c->valid.len);
+        c->valid.len = bytes;
+    }
+    if (c->kind == K_I64 || c->kind == K_F64) {
+        size_t n = (size_t)k * 8;
+        if (buf_grow(&c->data, n))
+            return -1;
+        memset(c->data.p + c->data.len, 0, n);
+        c->data.len += n;
+    } else {
+        size_t n = (size_t)k * 4;
+        if (buf_grow(&c->offs, n))
+            return -1;
+        char *at = c->offs.p + c->offs.len;
+        for (int64_t i = 0; i < k; i++)
+            memcpy(at + 4 * (size_t)i, at - 4, 4);
+        c->offs.len += n;
+    }
+    c->nulls += k;
+    c->n = row;
+    return 0;
+}
+
 static int col_init(Col *c, int kind) {
     memset(c, 0, sizeof *c);
     c->kind = kind;
@@ -159,39 +194,49 @@ static int put_id_text(Col *c, const Val *v) {
 
 /* -- the typed args columns --------------------------------------------- */
 
+/* The order and types of schema.ARG_COLUMNS (checked by pieces.py). */
+#define ARG_LIST(X) \
+    X("correlation", K_I64) \
+    X("External id", K_I64) \
+    X("device", K_I64) \
+    X("stream", K_I64) \
+    X("grid", K_LIST) \
+    X("block", K_LIST) \
+    X("bytes", K_I64) \
+    X("memory bandwidth (GB/s)", K_F64) \
+    X("Collective name", K_STR) \
+    X("In msg nelems", K_I64) \
+    X("Out msg nelems", K_I64) \
+    X("Group size", K_I64) \
+    X("dtype", K_STR) \
+    X("Process Group Name", K_STR) \
+    X("Process Group Description", K_STR) \
+    X("Process Group Ranks", K_STR) \
+    X("Sequence number", K_I64)
+
 typedef struct {
     const char *key;
     int kind;
-    size_t len; /* set at import */
 } ArgKey;
 
-/* The order and types of schema.ARG_COLUMNS (checked by pieces.py). */
-static ArgKey ARG_KEYS[] = {
-    {"correlation", K_I64},
-    {"External id", K_I64},
-    {"device", K_I64},
-    {"stream", K_I64},
-    {"grid", K_LIST},
-    {"block", K_LIST},
-    {"bytes", K_I64},
-    {"memory bandwidth (GB/s)", K_F64},
-    {"Collective name", K_STR},
-    {"In msg nelems", K_I64},
-    {"Out msg nelems", K_I64},
-    {"Group size", K_I64},
-    {"dtype", K_STR},
-    {"Process Group Name", K_STR},
-    {"Process Group Description", K_STR},
-    {"Process Group Ranks", K_STR},
-    {"Sequence number", K_I64},
+static const ArgKey ARG_KEYS[] = {
+#define ARG_KEY(key, kind) {key, kind},
+    ARG_LIST(ARG_KEY)
+#undef ARG_KEY
 };
 #define N_ARGS ((int)(sizeof ARG_KEYS / sizeof ARG_KEYS[0]))
 
+/* The typed column of an args key, or -1: each key's length and bytes
+   compared as constants (the compiler's inline compares, not a call to
+   memcmp for each key of each event). */
 static int arg_index(const char *s, size_t n) {
-    for (int i = 0; i < N_ARGS; i++) {
-        if (ARG_KEYS[i].len == n && memcmp(ARG_KEYS[i].key, s, n) == 0)
-            return i;
-    }
+    int i = 0;
+#define ARG_IS(key, kind)                                                    \
+    if (n == sizeof key - 1 && memcmp(s, key, sizeof key - 1) == 0)         \
+        return i;                                                            \
+    i++;
+    ARG_LIST(ARG_IS)
+#undef ARG_IS
     return -1;
 }
 
@@ -287,8 +332,10 @@ static int put_compact(Col *c, const char *s, const char *e) {
     const char *p = s;
     while (p < e) {
         char ch = *p++;
-        if (is_ws(ch))
+        if (is_ws(ch)) {
+            p = ws_run_end(p, e);
             continue;
+        }
         *out++ = ch;
         if (ch != '"')
             continue;
@@ -499,8 +546,15 @@ static int emit(Out *o, int64_t index, Val *f, Val *args) {
         PUT(put_id_text(&c[E_PID], &f[F_PID]), "pid", &f[F_PID]);
         PUT(put_id_text(&c[E_TID], &f[F_TID]), "tid", &f[F_TID]);
         PUT(put_id_text(&c[E_EID], &f[F_ID]), "id", &f[F_ID]);
-        for (int i = 0; i < N_ARGS; i++)
+        /* the typed args the event has; the rows between are padded (col_pad) */
+        int64_t row = c[E_ID].n - 1;
+        for (int i = 0; i < N_ARGS; i++) {
+            if (args[i].type == V_ABSENT)
+                continue;
+            if (col_pad(&c[E_ARG0 + i], row))
+                return -1;
             PUT(put_arg(&c[E_ARG0 + i], &args[i]), ARG_KEYS[i].key, &args[i]);
+        }
         Val *a = &f[F_ARGS];
         if (a->type == V_OBJ)
             PUT(put_compact(&c[E_ARGS], a->s, a->e), "args", a);
@@ -577,6 +631,16 @@ static int read_event(Reader *r, Out *o, int64_t index) {
         r->nomem = 1;
         return -1;
     }
+    return 0;
+}
+
+/* Each lane's typed args columns padded with nulls to its last row
+   (col_pad); -1 when memory ran out. */
+static int pad_args(Out *o) {
+    for (int l = 0; l < N_LANES; l++)
+        for (int i = 0; i < N_ARGS; i++)
+            if (col_pad(&o->ev[l][E_ARG0 + i], o->ev[l][E_ID].n))
+                return -1;
     return 0;
 }
 
@@ -747,6 +811,10 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
         }
     }
     o->count = index - base;
+    if (!declined && pad_args(o)) {
+        r.nomem = 1;
+        declined = -1;
+    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyObject *res = NULL;
@@ -838,7 +906,6 @@ PyMODINIT_FUNC PyInit__fastparse(void) {
     }
     static const char *kind_names[] = {"int64", "double", "string", "list<item: int64>"};
     for (int i = 0; i < N_ARGS; i++) {
-        ARG_KEYS[i].len = strlen(ARG_KEYS[i].key);
         PyObject *t = Py_BuildValue("(ss)", ARG_KEYS[i].key, kind_names[ARG_KEYS[i].kind]);
         if (!t) {
             Py_DECREF(keys);
