@@ -145,6 +145,31 @@ def test_events_counted_like_bytes_count(data, indent):
     assert count_events(data, sep) == data.count(sep)
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_pieces_hold_each_event_once_in_order(tmp_path, gz):
+    """The splitter's pieces, read as JSON, are the file's events, each once
+    and in order, each piece's base the count before it. A plain file is
+    read again from each cut (no bytes carried), so its pieces are at most
+    the piece size; a file that fits in one read is one piece."""
+    text = _kineto_text(_events(400), schemaVersion=1)
+    path = _write(tmp_path / ("t.json.gz" if gz else "t.json"), text, gz)
+    got, base = [], 0
+    split = list(pieces.Splitter(path, piece_bytes=4096).pieces())
+    for piece in split:
+        assert piece.base == base
+        events = json.loads(b"[" + bytes(pieces._events_text(piece)) + b"]")
+        assert len(events) == piece.count
+        got += events
+        base += piece.count
+    assert got == json.loads(text)["traceEvents"]
+    assert len(split) > 10
+    if not gz:
+        assert max(len(piece.data) for piece in split) <= 4096
+    few = _events(3)
+    small = _write(tmp_path / ("s.json.gz" if gz else "s.json"), _kineto_text(few), gz)
+    assert [piece.count for piece in pieces.Splitter(small, piece_bytes=1 << 20).pieces()] == [len(few)]
+
+
 # Events as a profiler might write them, one per piece below: the C reader
 # takes some (test_fastparse.py says which); here it is off, and every piece
 # takes the reference reader.
