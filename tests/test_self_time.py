@@ -389,6 +389,51 @@ def test_real_traces_self_times_follow_the_rule(tmp_path, monkeypatch, rel, in_m
     assert got == expected
 
 
+@pytest.mark.parametrize("rel", ["deepseek/train.json", "hta/nccl_parser_config/nccl_data.json.gz"])
+def test_the_c_reader_gives_each_pieces_slices(rel):
+    """The slices the stream takes from the C reader (PieceResult.slices),
+    not read back from the staged parts: over pieces of 64 KB, json.load's
+    slices (ph X with a start, a duration of 0 or more, a pid and a tid),
+    each once, with its event index and its thread as written."""
+    from conftest import corpus_file, load_json
+    from oracle import ts_ns
+    from tracedb.parse.pieces import SplitParser, parse_piece
+
+    path = corpus_file(rel)
+    doc = load_json(path)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    expected = sorted(
+        (str(e["pid"]), str(e["tid"]), ts_ns(e["ts"]), ts_ns(e["dur"]), i) for i, e in enumerate(events)
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("ts") is not None and e.get("dur") is not None
+        and e.get("pid") is not None and e.get("tid") is not None and ts_ns(e["dur"]) >= 0)
+    got, pieces = [], 0
+    for piece in SplitParser(path, piece_bytes=64 << 10).pieces():
+        threads, thread, ts, dur, event_id = parse_piece(piece).slices
+        assert len(set(threads)) == len(threads)
+        got += [(*threads[k], int(t), int(d), int(i)) for k, t, d, i in zip(thread, ts, dur, event_id)]
+        pieces += 1
+    assert pieces > 10 and len(expected) > 1000
+    assert sorted(got) == expected
+
+
+def test_the_c_reader_tells_many_threads_apart(tmp_path):
+    """Threads past the C reader's first table (64 slots), interleaved, as
+    integers and as strings ("7" and 7 are one thread, as staged): each
+    slice keeps its own (pid, tid)."""
+    from conftest import write_trace
+    from tracedb.parse.pieces import SplitParser, parse_piece
+
+    events = [{"ph": "X", "name": "op", "pid": i % 3, "tid": str(i % 500) if i % 2 else i % 500,
+               "ts": 10 * i, "dur": 5} for i in range(4000)]
+    path = write_trace(tmp_path / "t.json", events)
+    got = []
+    for piece in SplitParser(path).pieces():
+        threads, thread, ts, dur, event_id = parse_piece(piece).slices
+        got += [(*threads[k], int(t), int(d), int(i)) for k, t, d, i in zip(thread, ts, dur, event_id)]
+    assert sorted(got) == sorted((str(i % 3), str(i % 500), 10_000 * i, 5000, i) for i in range(4000))
+    assert len({(p, t) for p, t, *_ in got}) == 1500
+
+
 def _events_batch(rows: list[tuple[int, int, int]]) -> pa.RecordBatch:
     """Staged events rows (event_id, ts_ns, dur_ns): slices of one thread."""
     from tracedb.schema import SCHEMAS

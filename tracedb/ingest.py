@@ -212,7 +212,7 @@ def _parse_split(path: Path, writer: TraceWriter, workers: int, stop: Callable[[
 
     def staged(res, number, parts) -> None:
         sp.add(res)
-        writer.add_piece(number, parts)
+        writer.add_piece(number, parts, res.slices)
 
     if workers <= 1:
         # Parts here too: finalize then sorts each piece on its own, not the trace.

@@ -217,10 +217,13 @@ class _ThreadCodes:
         present = np.flatnonzero(np.bincount(local))  # the (pid, tid) pairs of this file
         pids, tids = pid.dictionary.to_pylist(), tid.dictionary.to_pylist()
         lookup = np.zeros(int(present[-1]) + 1, np.int32)
-        with self._lock:
-            lookup[present] = [self._codes.setdefault((pids[i // width], tids[i % width]), len(self._codes))
-                               for i in present]
+        lookup[present] = self.codes([(pids[i // width], tids[i % width]) for i in present])
         return lookup[local]
+
+    def codes(self, threads: list[tuple[str, str]]) -> np.ndarray:
+        """The int32 code of each (pid, tid)."""
+        with self._lock:
+            return np.array([self._codes.setdefault(t, len(self._codes)) for t in threads], np.int32)
 
 
 class _Slices:
@@ -353,6 +356,14 @@ class _SumsStream:
         if t is None:
             return None
         return (self._codes.of(t),) + tuple(t.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "event_id"))
+
+    def of_parse(self, threads: list[tuple[str, str]], thread: np.ndarray, *values: np.ndarray
+                 ) -> tuple[np.ndarray, ...] | None:
+        """The C reader's slices of a piece (PieceResult.slices) as the
+        stream takes them: each thread's code in place of its index."""
+        if not len(thread):
+            return None
+        return (self._codes.codes(threads)[thread],) + values
 
     def feed(self, slices: tuple[np.ndarray, ...] | None) -> bool:
         if self.going and slices is not None:
@@ -796,7 +807,7 @@ class TraceWriter:
         # Self time's stream, fed each piece's events as the parse stages
         # them (add_piece), in piece order: finalize then waits for no sort.
         self._sums = _SumsStream(self.dir) if _selftime is not None else None
-        self._unfed: dict[int, Path | None] = {}  # pieces staged out of order, by number
+        self._unfed: dict[int, tuple] = {}  # pieces staged out of order, by number: (events part, slices)
         self._next_piece = 0
         self._feeder: ThreadPoolExecutor | None = None  # feeds it, one piece after another
         self._fed: list = []
@@ -842,28 +853,31 @@ class TraceWriter:
             raise cannot_write(self.warehouse, e) from None
         return path
 
-    def add_piece(self, number: int, parts: list[tuple[str, Path]]) -> None:
+    def add_piece(self, number: int, parts: list[tuple[str, Path]], slices: tuple | None = None) -> None:
         """A piece's staged parts (write_part: (table, path)); its events'
         slices go to self time's stream once every piece before it has
-        gone (pieces are numbered from 0, and finish in any order). Called
-        on the parse's one collecting thread; the stream is fed on a thread
-        of its own, a piece after another, while the parse goes on (fed on
-        the collecting thread, the parse waited for it)."""
+        gone (pieces are numbered from 0, and finish in any order): the C
+        reader's (PieceResult.slices), else read from its events part.
+        Called on the parse's one collecting thread; the stream is fed on a
+        thread of its own, a piece after another, while the parse goes on
+        (fed on the collecting thread, the parse waited for it)."""
         events = None
         for table, path in parts:
             self._parts.setdefault(table, []).append(path)
             if table == "events":
                 events = path
-        self._unfed[number] = events
+        self._unfed[number] = (events, slices)
         while self._next_piece in self._unfed:
-            self._feed(self._unfed.pop(self._next_piece))
+            self._feed(*self._unfed.pop(self._next_piece))
             self._next_piece += 1
 
-    def _feed(self, events: Path | None) -> None:
+    def _feed(self, events: Path | None, slices: tuple | None) -> None:
         if events is not None and self._sums is not None:
             if self._feeder is None:
                 self._feeder = ThreadPoolExecutor(max_workers=1)
-            self._fed.append(self._feeder.submit(lambda: self._sums.going and self._sums.feed(self._sums.read(events))))
+            sums = self._sums
+            read = (lambda: sums.of_parse(*slices)) if slices is not None else (lambda: sums.read(events))
+            self._fed.append(self._feeder.submit(lambda: sums.going and sums.feed(read())))
 
     def _stop_feeding(self, cancel: bool = False) -> None:
         """The feeder's pieces fed (or with ``cancel``, those not begun let go)."""
@@ -875,7 +889,7 @@ class TraceWriter:
         """The sums of the stream fed by add_piece (any pieces left, where
         numbers had a gap, fed now in order), or None where it stopped."""
         for number in sorted(self._unfed):
-            self._feed(self._unfed.pop(number))
+            self._feed(*self._unfed.pop(number))
         self._stop_feeding()
         for fed in self._fed:
             fed.result()  # an error reading a part

@@ -423,9 +423,109 @@ static int lane_of(const Val *cat) {
     return 0;
 }
 
+/* -- self time's slices ------------------------------------------------ */
+
+/* A thread as the events write it: its pid and tid text (pointers into the
+   piece, which the parse holds), numbered in the order first seen. */
+typedef struct {
+    const char *pid, *tid;
+    size_t np, nt;
+    uint64_t hash;
+} Thread;
+
+typedef struct {
+    Thread *all;       /* in the order first seen */
+    int32_t n, cap;
+    int32_t *slots;    /* open addressing: a thread's number + 1, 0 empty */
+    uint32_t nslots;   /* a power of 2, at least twice n */
+    int32_t last;      /* the thread found last (events come in runs), -1 none */
+} Threads;
+
+static uint64_t fnv(const char *s, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static int thread_is(const Thread *t, const char *pid, size_t np, const char *tid, size_t nt) {
+    return t->np == np && t->nt == nt && memcmp(t->pid, pid, np) == 0 && memcmp(t->tid, tid, nt) == 0;
+}
+
+static int threads_grow(Threads *t) {
+    uint32_t nslots = t->nslots ? t->nslots * 2 : 64;
+    int32_t *slots = calloc(nslots, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (int32_t k = 0; k < t->n; k++) {
+        uint32_t i = (uint32_t)t->all[k].hash & (nslots - 1);
+        while (slots[i])
+            i = (i + 1) & (nslots - 1);
+        slots[i] = k + 1;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->nslots = nslots;
+    return 0;
+}
+
+/* The number of the thread (pid, tid): their text as staged (put_id_text's),
+   so that threads are the staged columns' pairs. -1 when memory ran out. */
+static int32_t thread_of(Threads *t, const Val *pid, const Val *tid) {
+    size_t np = (size_t)(pid->e - pid->s), nt = (size_t)(tid->e - tid->s);
+    if (t->last >= 0 && thread_is(&t->all[t->last], pid->s, np, tid->s, nt))
+        return t->last;
+    if ((uint32_t)(t->n + 1) * 2 > t->nslots && threads_grow(t))
+        return -1;
+    uint64_t h = fnv(tid->s, nt, fnv(pid->s, np, UINT64_C(0xcbf29ce484222325)) * 31 + np);
+    uint32_t i = (uint32_t)h & (t->nslots - 1);
+    for (; t->slots[i]; i = (i + 1) & (t->nslots - 1)) {
+        Thread *c = &t->all[t->slots[i] - 1];
+        if (c->hash == h && thread_is(c, pid->s, np, tid->s, nt))
+            return t->last = t->slots[i] - 1;
+    }
+    if (t->n == t->cap) {
+        int32_t cap = t->cap ? t->cap * 2 : 16;
+        Thread *all = realloc(t->all, (size_t)cap * sizeof *all);
+        if (!all)
+            return -1;
+        t->all = all;
+        t->cap = cap;
+    }
+    t->all[t->n] = (Thread){pid->s, tid->s, np, nt, h};
+    t->slots[i] = t->n + 1;
+    return t->last = t->n++;
+}
+
+/* The piece's slices for self time's stream (store._SumsStream), as
+   store._slice_rows picks them from a staged part: ph X with a start, a
+   duration of 0 or more, a pid and a tid; in event order. */
+typedef struct {
+    Buf ts, dur, eid; /* int64 */
+    Buf thread;       /* int32: the number in Threads */
+    Threads threads;
+} Slices;
+
+static int add_slice(Slices *sl, int64_t index, int64_t ts, int64_t dur, const Val *pid, const Val *tid) {
+    int32_t k = thread_of(&sl->threads, pid, tid);
+    if (k < 0)
+        return -1;
+    return buf_put(&sl->ts, &ts, 8) || buf_put(&sl->dur, &dur, 8) || buf_put(&sl->eid, &index, 8) ||
+           buf_put(&sl->thread, &k, 4) ? -1 : 0;
+}
+
+static void slices_free(Slices *sl) {
+    free(sl->ts.p);
+    free(sl->dur.p);
+    free(sl->eid.p);
+    free(sl->thread.p);
+    free(sl->threads.all);
+    free(sl->threads.slots);
+}
+
 typedef struct {
     Col ev[N_LANES][N_ECOLS];
     Col fl[N_LCOLS];
+    Slices slices;
     int64_t count;
     int has_span;
     int64_t lo, hi;
@@ -560,6 +660,11 @@ static int emit(Out *o, int64_t index, Val *f, Val *args) {
             PUT(put_compact(&c[E_ARGS], a->s, a->e), "args", a);
         else
             PUT(put_str(&c[E_ARGS], NULL, 0), "args", a);
+        /* put_id_text took pid and tid: present, each is an integer's or a string's text */
+        Val *pid = &f[F_PID], *tid = &f[F_TID];
+        if (is_x && ts_ok && dur_ok && dur >= 0 && pid->type != V_ABSENT && pid->type != V_NULL &&
+            tid->type != V_ABSENT && tid->type != V_NULL && add_slice(&o->slices, index, ts, dur, pid, tid))
+            return -1;
     }
     widen(o, ts_ok, ts, dur_ok, dur);
     return 0;
@@ -732,8 +837,27 @@ static PyObject *cols_list(Col *cols, int n) {
     return out;
 }
 
+/* (threads: [(pid, tid)], thread, ts, dur, event_id): each slice's thread
+   number (int32) into threads, and its int64 values */
+static PyObject *slices_tuple(Slices *sl) {
+    PyObject *threads = PyList_New(sl->threads.n);
+    for (int32_t k = 0; threads && k < sl->threads.n; k++) {
+        Thread *t = &sl->threads.all[k];
+        PyObject *pair = Py_BuildValue("(s#s#)", t->pid, (Py_ssize_t)t->np, t->tid, (Py_ssize_t)t->nt);
+        if (!pair)
+            Py_CLEAR(threads);
+        else
+            PyList_SET_ITEM(threads, k, pair);
+    }
+    if (!threads)
+        return NULL;
+    return Py_BuildValue("(NNNNN)", threads, buf_take(&sl->thread), buf_take(&sl->ts), buf_take(&sl->dur),
+                         buf_take(&sl->eid));
+}
+
 static int out_init(Out *o) {
     memset(o, 0, sizeof *o);
+    o->slices.threads.last = -1;
     static const int ekinds[E_ARG0] = {K_I64, K_I64, K_I64, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR};
     for (int l = 0; l < N_LANES; l++) {
         Col *ev = o->ev[l];
@@ -750,6 +874,7 @@ static int out_init(Out *o) {
 }
 
 static void out_free(Out *o) {
+    slices_free(&o->slices);
     for (int l = 0; l < N_LANES; l++)
         for (int i = 0; i < N_ECOLS; i++)
             col_free(&o->ev[l][i]);
@@ -758,13 +883,13 @@ static void out_free(Out *o) {
 }
 
 static const char PARSE_DOC[] =
-    "parse(data, base) -> (count, event lanes, flow columns, span), or why it declines (str)\n\n"
+    "parse(data, base) -> (count, event lanes, flow columns, span, slices), or why it declines (str)\n\n"
     "A piece of whole events (objects, commas between them) as Arrow buffers:\n"
     "each column (null count, validity bitmap or None, values, offsets or None),\n"
     "in the order of EVENT_SCHEMA and FLOW_SCHEMA; the events' columns once for\n"
     "each lane (LANES: (cat, lane) pairs; lane 0 the rest), each in event order;\n"
     "span (min ts, max ts + dur)\n"
-    "or None. A str (the reason) when the piece is out of the common case (see\n"
+    "or None; slices, self time's (slices_tuple). A str (the reason) when the piece is out of the common case (see\n"
     "the source): values.py's rules apply to it, in Python.";
 
 static PyObject *fp_parse(PyObject *self, PyObject *args) {
@@ -816,7 +941,6 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
         declined = -1;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
     PyObject *res = NULL;
     if (r.nomem) {
         PyErr_NoMemory();
@@ -835,14 +959,17 @@ static PyObject *fp_parse(PyObject *self, PyObject *args) {
         PyObject *fl = ev ? cols_list(o->fl, N_LCOLS) : NULL;
         PyObject *span = o->has_span ? Py_BuildValue("(LL)", (long long)o->lo, (long long)o->hi)
                                      : (Py_INCREF(Py_None), Py_None);
-        if (ev && fl && span)
-            res = Py_BuildValue("(LNNN)", (long long)o->count, ev, fl, span);
+        PyObject *sl = slices_tuple(&o->slices); /* its threads' text is in the piece: before the release */
+        if (ev && fl && span && sl)
+            res = Py_BuildValue("(LNNNN)", (long long)o->count, ev, fl, span, sl);
         else {
             Py_XDECREF(ev);
             Py_XDECREF(fl);
             Py_XDECREF(span);
+            Py_XDECREF(sl);
         }
     }
+    PyBuffer_Release(&view);
     out_free(o);
     free(o);
     return res;

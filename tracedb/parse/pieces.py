@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 import ijson
+import numpy as np
 import pyarrow as pa
 
 from ..schema import ARG_COLUMNS, EVENT_LANES, EVENT_SCHEMA, FLOW_SCHEMA, by_lane
@@ -92,6 +93,10 @@ class PieceResult:
     ts_max_ns: int | None = None
     surrogates: int = 0  # strings with lone surrogates (U+FFFD in their place)
     out_of_range: int = 0  # values read as NULL (see reader._Columns)
+    # The C reader's slices for self time's stream, in event order (None: the
+    # stream reads them from the staged part): (threads: [(pid, tid)], each
+    # slice's thread as an index into threads, ts_ns, dur_ns, event_id).
+    slices: tuple[list[tuple[str, str]], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 # -- splitting ---------------------------------------------------------------
@@ -329,7 +334,7 @@ def _convert_c(data: bytes | memoryview, piece: Piece) -> PieceResult | None:
     out = _fastparse.parse(data, piece.base)
     if isinstance(out, str):  # why it declined
         return None
-    count, lanes, flows, span = out
+    count, lanes, flows, span, (threads, thread, ts, dur, event_id) = out
     if count != piece.count:
         raise NotSplittable(f"piece {piece.number}: {count} events, expected {piece.count}")
     res = PieceResult(json_event_count=count)
@@ -344,6 +349,7 @@ def _convert_c(data: bytes | memoryview, piece: Piece) -> PieceResult | None:
                 res.event_lanes.append(lane)
     res.event_count = sum(len(lane[0][2]) // 8 for lane in lanes)
     res.flow_count = len(flows[0][2]) // 8
+    res.slices = (threads, np.frombuffer(thread, np.int32), *(np.frombuffer(b, np.int64) for b in (ts, dur, event_id)))
     if span is not None:
         _widen(res, *span)
     return res
