@@ -447,8 +447,16 @@ static uint64_t fnv(const char *s, size_t n, uint64_t h) {
     return h;
 }
 
+/* Short texts (ids): compared here, not by a call to memcmp for each event. */
+static inline int same_text(const char *a, const char *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 static int thread_is(const Thread *t, const char *pid, size_t np, const char *tid, size_t nt) {
-    return t->np == np && t->nt == nt && memcmp(t->pid, pid, np) == 0 && memcmp(t->tid, tid, nt) == 0;
+    return t->np == np && t->nt == nt && same_text(t->pid, pid, np) && same_text(t->tid, tid, nt);
 }
 
 static int threads_grow(Threads *t) {
