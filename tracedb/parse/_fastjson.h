@@ -45,17 +45,20 @@ static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c
    has runs between most tokens (a line's indent): with SSE2, 16 bytes are
    looked at at once, the first not whitespace found by its bit, without a
    branch for each byte. */
+#ifdef __SSE2__
+/* 0xFF in each of 16 bytes that is whitespace, else 0 */
+static inline __m128i ws16(__m128i v) {
+    return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+}
+#endif
+
 static inline const char *ws_run_end(const char *p, const char *end) {
     if (p < end && !is_ws(*p))
         return p;
 #ifdef __SSE2__
     while (end - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)p);
-        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
-                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
-                                  _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')),
-                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
-        unsigned other = ~(unsigned)_mm_movemask_epi8(ws) & 0xFFFFu;
+        unsigned other = ~(unsigned)_mm_movemask_epi8(ws16(_mm_loadu_si128((const __m128i *)p))) & 0xFFFFu;
         if (other)
             return p + __builtin_ctz(other);
         p += 16;
