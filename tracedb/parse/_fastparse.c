@@ -323,6 +323,33 @@ static inline int unquoted8(uint64_t w) {
     return ((((q - ONES) & ~q) | ((b - ONES) & ~b)) & HIGHS) == 0;
 }
 
+#ifdef __SSE2__
+/* Copies the run at *p to *out, 16 bytes at a time, to the first quote and
+   the first whitespace (outside a string) or backslash (``in_string``), or
+   to the last 16 bytes before e: each block stored whole, the output then
+   moved past the bytes before that one. The output is never ahead of the
+   input (put_compact), so 16 more bytes fit while the input has 16. */
+static inline void copy_run16(const char **pp, const char *e, char **outp, int in_string) {
+    const char *p = *pp;
+    char *out = *outp;
+    while (e - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i stop = in_string ? _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')) : ws16(v);
+        unsigned at = (unsigned)_mm_movemask_epi8(_mm_or_si128(stop, _mm_cmpeq_epi8(v, _mm_set1_epi8('"'))));
+        _mm_storeu_si128((__m128i *)out, v);
+        if (at) {
+            out += __builtin_ctz(at);
+            p += __builtin_ctz(at);
+            break;
+        }
+        out += 16;
+        p += 16;
+    }
+    *pp = p;
+    *outp = out;
+}
+#endif
+
 /* args' text without the whitespace outside strings (the text is valid
    JSON: read_args took it) */
 static int put_compact(Col *c, const char *s, const char *e) {
@@ -332,21 +359,7 @@ static int put_compact(Col *c, const char *s, const char *e) {
     const char *p = s;
     while (p < e) {
 #ifdef __SSE2__
-        /* a run of bytes neither whitespace nor a quote, 16 at a time: all 16
-           stored, the output then moved past those before the first such
-           byte (out is never ahead of p: 16 more bytes fit while p has 16) */
-        while (e - p >= 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)p);
-            unsigned at = (unsigned)_mm_movemask_epi8(_mm_or_si128(ws16(v), _mm_cmpeq_epi8(v, _mm_set1_epi8('"'))));
-            _mm_storeu_si128((__m128i *)out, v);
-            if (at) {
-                out += __builtin_ctz(at);
-                p += __builtin_ctz(at);
-                break;
-            }
-            out += 16;
-            p += 16;
-        }
+        copy_run16(&p, e, &out, 0);
         if (p >= e)
             break;
 #endif
@@ -361,19 +374,7 @@ static int put_compact(Col *c, const char *s, const char *e) {
         /* a string, to its closing quote, copied as it is */
         for (;;) {
 #ifdef __SSE2__
-            while (e - p >= 16) {
-                __m128i v = _mm_loadu_si128((const __m128i *)p);
-                unsigned at = (unsigned)_mm_movemask_epi8(
-                    _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
-                _mm_storeu_si128((__m128i *)out, v);
-                if (at) {
-                    out += __builtin_ctz(at);
-                    p += __builtin_ctz(at);
-                    break;
-                }
-                out += 16;
-                p += 16;
-            }
+            copy_run16(&p, e, &out, 1);
 #endif
             while (p + 8 <= e) {
                 uint64_t w;
