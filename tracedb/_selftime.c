@@ -115,6 +115,13 @@ enum { DONE, OVERFLOW, BAD_ROW, NO_MEMORY };
 
 /* Slice a comes before slice b of the same thread: earlier start, then
    longer, then the lower event_id. */
+/* A slice's end as numpy computes it (store._Threads): past 2^63 - 1, that;
+   wrapping as numpy's int64 does. */
+static inline int64_t slice_end(int64_t ts, int64_t dur) {
+    int64_t room = (int64_t)((uint64_t)INT64_MAX - (uint64_t)ts);
+    return (int64_t)((uint64_t)ts + (uint64_t)(dur < room ? dur : room));
+}
+
 static inline int before(int64_t a, int64_t b, const int64_t *ts, const int64_t *dur) {
     if (ts[a] != ts[b])
         return ts[a] < ts[b];
@@ -213,10 +220,7 @@ static int solve(const int64_t *given, Py_ssize_t n, const int32_t *code, const 
             open.n = last.n = 0;
         }
         int64_t t = ts[r], d = dur[r];
-        /* The end as numpy computes it (store._Threads): past 2^63 - 1, that;
-           wrapping as numpy's int64 does. */
-        int64_t room = (int64_t)((uint64_t)INT64_MAX - (uint64_t)t);
-        int64_t end = (int64_t)((uint64_t)t + (uint64_t)(d < room ? d : room));
+        int64_t end = slice_end(t, d);
         while (open.n && open.v[0] <= t)
             heap_pop(&open);
         Py_ssize_t depth = open.n;
@@ -349,8 +353,7 @@ static int close_levels(Stream *s, Thread *t, Py_ssize_t depth) {
 
 /* One slice, in the thread's order: store._Slices.solve's loop. */
 static int solve_one(Stream *s, Thread *t, const Slice *x) {
-    int64_t room = (int64_t)((uint64_t)INT64_MAX - (uint64_t)x->ts);
-    int64_t end = (int64_t)((uint64_t)x->ts + (uint64_t)(x->dur < room ? x->dur : room));
+    int64_t end = slice_end(x->ts, x->dur);
     while (t->open.n && t->open.v[0] <= x->ts)
         heap_pop(&t->open);
     Py_ssize_t depth = t->open.n;
