@@ -339,10 +339,11 @@ def _child_sums_in_memory(sources: list[Path], events: int, threads: int = 2,
 
 
 class _SumsStream:
-    """The C pass's stream (_selftime.Stream) fed a trace's staged files in
-    event order, its final sums sorted and staged in ``spill`` a run at a
-    time (_SumRuns). ``read`` runs on any thread, ``feed`` and ``finish``
-    on one."""
+    """The C pass's stream (_selftime.Stream) fed a trace's slices piece
+    after piece, in event order (the C reader's, ``of_parse``, or read from
+    a staged file, ``read``), its final sums sorted and staged in ``spill``
+    a run at a time (_SumRuns). ``read`` and ``of_parse`` run on any
+    thread, ``feed`` and ``finish`` on one."""
 
     def __init__(self, spill: Path):
         self._stream = _selftime.Stream(STREAM_WINDOW, STREAM_HELD_BYTES)
