@@ -350,6 +350,28 @@ def test_staged_sum_runs_merge_in_parent_order(tmp_path):
         assert got.column("child_ns").to_pylist() == list(range(0, 3_000_000, 10))
 
 
+def _json_slices(events: list) -> list[tuple[int, dict]]:
+    """json.load's slices, with their event index: ph X with a start, a
+    duration of 0 or more, a pid and a tid (the oracle's side of the rule)."""
+    from oracle import ts_ns
+
+    return [(i, e) for i, e in enumerate(events)
+            if isinstance(e, dict) and e.get("ph") == "X" and e.get("ts") is not None and e.get("dur") is not None
+            and e.get("pid") is not None and e.get("tid") is not None and ts_ns(e["dur"]) >= 0]
+
+
+def _c_slices(path, **split) -> list[tuple[list, list[tuple]]]:
+    """Each piece's slices as the C reader gives them (PieceResult.slices):
+    its thread list, and rows (pid, tid, ts_ns, dur_ns, event_id)."""
+    from tracedb.parse.pieces import SplitParser, parse_piece
+
+    out = []
+    for piece in SplitParser(path, **split).pieces():
+        threads, thread, ts, dur, event_id = parse_piece(piece).slices
+        out.append((threads, [(*threads[k], int(t), int(d), int(i)) for k, t, d, i in zip(thread, ts, dur, event_id)]))
+    return out
+
+
 @pytest.mark.parametrize("rel", ["deepseek/train.json", "hta/nccl_parser_config/nccl_data.json.gz"])
 @pytest.mark.parametrize(("in_memory_events", "stream_window"), [(5_000_000, 1 << 14), (5_000_000, 1), (0, 1)],
                          ids=["streamed as parsed", "in memory", "DuckDB"])
@@ -370,11 +392,9 @@ def test_real_traces_self_times_follow_the_rule(tmp_path, monkeypatch, rel, in_m
     doc = load_json(path)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     slices, names = [], []
-    for e in events:
-        if (isinstance(e, dict) and e.get("ph") == "X" and e.get("ts") is not None and e.get("dur") is not None
-                and e.get("pid") is not None and e.get("tid") is not None and ts_ns(e["dur"]) >= 0):
-            slices.append((str(e["pid"]), str(e["tid"]), ts_ns(e["ts"]), ts_ns(e["dur"])))
-            names.append(e.get("name"))
+    for _i, e in _json_slices(events):
+        slices.append((str(e["pid"]), str(e["tid"]), ts_ns(e["ts"]), ts_ns(e["dur"])))
+        names.append(e.get("name"))
     sums = _by_rule(slices)
     expected = Counter((names[i], s[0], s[1], s[3], s[3] - sums.get(i, 0)) for i, s in enumerate(slices))
     monkeypatch.setattr(store, "IN_MEMORY_EVENTS", in_memory_events)
@@ -397,20 +417,16 @@ def test_the_c_reader_gives_each_pieces_slices(rel):
     each once, with its event index and its thread as written."""
     from conftest import corpus_file, load_json
     from oracle import ts_ns
-    from tracedb.parse.pieces import SplitParser, parse_piece
 
     path = corpus_file(rel)
     doc = load_json(path)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    expected = sorted(
-        (str(e["pid"]), str(e["tid"]), ts_ns(e["ts"]), ts_ns(e["dur"]), i) for i, e in enumerate(events)
-        if isinstance(e, dict) and e.get("ph") == "X" and e.get("ts") is not None and e.get("dur") is not None
-        and e.get("pid") is not None and e.get("tid") is not None and ts_ns(e["dur"]) >= 0)
+    expected = sorted((str(e["pid"]), str(e["tid"]), ts_ns(e["ts"]), ts_ns(e["dur"]), i)
+                      for i, e in _json_slices(events))
     got, pieces = [], 0
-    for piece in SplitParser(path, piece_bytes=64 << 10).pieces():
-        threads, thread, ts, dur, event_id = parse_piece(piece).slices
+    for threads, rows in _c_slices(path, piece_bytes=64 << 10):
         assert len(set(threads)) == len(threads)
-        got += [(*threads[k], int(t), int(d), int(i)) for k, t, d, i in zip(thread, ts, dur, event_id)]
+        got += rows
         pieces += 1
     assert pieces > 10 and len(expected) > 1000
     assert sorted(got) == expected
@@ -421,15 +437,11 @@ def test_the_c_reader_tells_many_threads_apart(tmp_path):
     integers and as strings ("7" and 7 are one thread, as staged): each
     slice keeps its own (pid, tid)."""
     from conftest import write_trace
-    from tracedb.parse.pieces import SplitParser, parse_piece
 
     events = [{"ph": "X", "name": "op", "pid": i % 3, "tid": str(i % 500) if i % 2 else i % 500,
                "ts": 10 * i, "dur": 5} for i in range(4000)]
     path = write_trace(tmp_path / "t.json", events)
-    got = []
-    for piece in SplitParser(path).pieces():
-        threads, thread, ts, dur, event_id = parse_piece(piece).slices
-        got += [(*threads[k], int(t), int(d), int(i)) for k, t, d, i in zip(thread, ts, dur, event_id)]
+    got = [row for _threads, rows in _c_slices(path) for row in rows]
     assert sorted(got) == sorted((str(i % 3), str(i % 500), 10_000 * i, 5000, i) for i in range(4000))
     assert len({(p, t) for p, t, *_ in got}) == 1500
 
