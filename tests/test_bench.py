@@ -4,6 +4,7 @@ that lost events (benchmarks/bench.py). Its --smoke sizes take seconds."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -74,3 +75,22 @@ def test_a_warehouse_short_of_the_workload_fails_the_run(tmp_path):
     bench.check_rows(wh, 3)
     with pytest.raises(RuntimeError, match="holds 3 rows for 4 events"):
         bench.check_rows(wh, 4)
+
+
+def test_timeline_marks_each_step_and_its_times_add_up(tmp_path):
+    """benchmarks/timeline.py over a real trace: one file of its size on
+    disk, every step of a trace's ingest marked, and the steps' wall and CPU
+    seconds summing to the totals it prints."""
+    source = corpus_file(SOURCE)
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timeline.py"), str(source), "--interval", "0.05"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    head, table = r.stdout.split("\n\n", 1)
+    assert head.startswith(f"{source}: 1 file(s), {source.stat().st_size / 1e6:,.0f} MB in ")
+    rows = {cells[0]: [float(c) for c in cells[1:]]
+            for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])}
+    assert {"parse", "finalize", "summaries", "commit", "total"} <= rows.keys()
+    total = rows.pop("total")
+    assert sum(wall for wall, _, _ in rows.values()) == pytest.approx(total[0], abs=0.01 * len(rows))
+    assert sum(cpu for _, cpu, _ in rows.values()) == pytest.approx(total[1], abs=0.01 * len(rows))
+    assert total[1] > 0
