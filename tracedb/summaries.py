@@ -23,9 +23,11 @@ until ``tracedb migrate`` recomputes the stale summaries (``refresh``).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +58,20 @@ REBIND_AFTER_BYTES = 16 << 20
 # (a 1.1 GB trace's summaries: 9% less CPU); each summary is written with
 # the trace's id.
 _FILE_ID = "f"
+
+
+@dataclass
+class TraceFiles:
+    """One trace's final Parquet files (table -> file), where its summaries
+    go, and what the library reads of its traces row."""
+
+    tables: dict[str, Path]
+    out_dir: Path
+    file_id: str
+    run: str
+    rank: int
+    phase: str
+    distributed_info: str | None = None
 
 
 def per_trace(defs: list[ViewDef]) -> list[ViewDef]:
@@ -194,7 +210,7 @@ class Summarizer:
             con.execute("SET enable_progress_bar = false")  # it would draw on stderr
             for table in SCHEMAS:
                 con.execute(raw_view_sql(table, []))
-            self._traces(con, "", "", 0, "", None)
+            self._traces(con, [("", "", 0, "", None)])
             self.fingerprint = fingerprint(self.defs, self.warehouse)
             load_comm_patterns(con, self.warehouse.comm_patterns)
             needed = requirements(self.defs, [v.name for v in per_trace(self.defs)])
@@ -213,14 +229,12 @@ class Summarizer:
         return con
 
     @staticmethod
-    def _traces(con: duckdb.DuckDBPyConnection, file_id: str, run: str, rank: int, phase: str,
-                distributed_info: str | None) -> None:
-        # The one row of the catalog's traces table that the library reads.
-        con.execute(
-            "CREATE OR REPLACE TABLE traces AS SELECT ? AS file_id, ? AS run, CAST(? AS BIGINT) AS rank, "
-            "? AS phase, 'ok' AS status, CAST(? AS JSON) AS distributed_info",
-            [file_id, run, rank, phase, distributed_info]
-        )
+    def _traces(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, str, int, str, str | None]]) -> None:
+        # The rows of the catalog's traces table that the library reads:
+        # (file_id, run, rank, phase, distributed_info) of each trace.
+        con.execute("CREATE OR REPLACE TABLE traces (file_id VARCHAR, run VARCHAR, rank BIGINT, phase VARCHAR, "
+                    "status VARCHAR, distributed_info JSON)")
+        con.executemany("INSERT INTO traces VALUES (?, ?, ?, ?, 'ok', ?)", rows)
 
     def compute(self, tables: dict[str, Path], out_dir: Path, *, file_id: str, run: str, rank: int, phase: str,
                 distributed_info: str | None) -> dict[str, Path]:
@@ -237,7 +251,7 @@ class Summarizer:
             for table in SCHEMAS:
                 files = [str(tables[table])] if table in tables else []
                 con.execute(raw_view_sql(table, files, partition=(run, rank, phase), file_id=_FILE_ID))
-            self._traces(con, _FILE_ID, run, rank, phase, distributed_info)
+            self._traces(con, [(_FILE_ID, run, rank, phase, distributed_info)])
             keys = {"run": sql_literal(run), "rank": str(int(rank)), "phase": sql_literal(phase),
                     "file_id": sql_literal(_FILE_ID)}
             for name, columns in self._tables.items():  # computed here: an error now is this trace's, not the SQL's
@@ -261,6 +275,57 @@ class Summarizer:
                 out[v.name] = dst
             return out
         finally:
+            self._clear(rebind=large)
+
+    def compute_many(self, traces: list[TraceFiles]) -> list[dict[str, Path]]:
+        """``compute`` for several traces at once, their file_ids distinct:
+        each statement is bound and run once over all of them, as over a
+        warehouse (their files linked into its layout, read with its raw
+        views), and each per-trace view's rows are made once, then written
+        out trace by trace. Most of a small trace's summaries is binding and
+        starting their statements (9.8 MB of JSON: 80 of its 180 ms plan
+        them): eight such traces take 0.94 CPU-s at once, 1.61 one by one.
+        Over several traces the keys are no constants, so a large trace is
+        faster alone. Raises as ``compute`` does, for all of them: which
+        trace it was, only each alone says."""
+        if len({t.file_id for t in traces}) != len(traces):
+            raise ValueError("compute_many: two traces with one file_id")
+        if self._con is None:
+            self._con = self._connect()
+        con = self._con
+        large = sum(p.stat().st_size for t in traces for p in t.tables.values()) >= REBIND_AFTER_BYTES
+        linked = traces[0].out_dir / "summaries.many"
+        made: list[str] = []
+        try:
+            files: dict[str, list[str]] = {table: [] for table in SCHEMAS}
+            for t in traces:
+                for table, src in t.tables.items():
+                    dst = linked / self.warehouse.data_key(table, t.run, t.rank, t.phase, t.file_id)
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    os.link(src, dst)
+                    files[table].append(str(dst))
+            for table, paths in files.items():
+                con.execute(raw_view_sql(table, paths))
+            self._traces(con, [(t.file_id, t.run, t.rank, t.phase, t.distributed_info) for t in traces])
+            for name in self._tables:
+                _run(con, f"CREATE TABLE {name}__rows AS SELECT * FROM {name}__src", self.threads)
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__rows")
+            outs: list[dict[str, Path]] = [{} for _ in traces]
+            for v in per_trace(self.defs):
+                made.append(f"{v.name}__all")
+                _run(con, f"CREATE TABLE {v.name}__all AS SELECT * FROM {v.name}", self.threads)
+                for t, out in zip(traces, outs, strict=True):
+                    out[v.name] = dst = t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
+                    con.execute(f"COPY (SELECT * FROM {v.name}__all WHERE file_id = {sql_literal(t.file_id)}) "
+                                f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)")
+            return outs
+        finally:
+            shutil.rmtree(linked, ignore_errors=True)
+            try:
+                for table in made:
+                    con.execute(f"DROP TABLE IF EXISTS {table}")
+            except duckdb.Error:
+                large = True  # it can run nothing more: a new one next
             self._clear(rebind=large)
 
     def _clear(self, rebind: bool) -> None:
