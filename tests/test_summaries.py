@@ -156,6 +156,94 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
     assert not spill.exists()
 
 
+def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_path: Path):
+    # compute_many (an ingest's small traces, in groups) over every trace of
+    # the warehouse at once, then again on the same connection, against each
+    # trace alone on a connection of its own: the same rows, view by view,
+    # in files of their own; the linked files go.
+    from tracedb import summaries
+    from tracedb.catalog import resource_dir
+    from tracedb.views import load_view_files
+
+    defs = load_view_files(resource_dir("queries"))
+    traces = _ok_traces(wh)
+    assert len(traces) >= 5
+    nonempty = set()
+    with summaries.Summarizer(Warehouse(wh), defs, tmp_path / "spill") as summarizer:
+        for rep in range(2):
+            group = []
+            for file_id, run, rank, phase, tables, info in traces:
+                out = tmp_path / f"group{rep}.{file_id}"
+                out.mkdir()
+                group.append(summaries.TraceFiles(tables, out, file_id, run, rank, phase, info))
+            made = summarizer.compute_many(group)
+            assert len(made) == len(group)
+            assert not (group[0].out_dir / "summaries.many").exists()
+            for t, views in zip(group, made):
+                alone = tmp_path / f"alone{rep}.{t.file_id}"
+                alone.mkdir()
+                expected = summaries.compute(Warehouse(wh), defs, t.tables, alone, file_id=t.file_id, run=t.run,
+                                             rank=t.rank, phase=t.phase, distributed_info=t.distributed_info)
+                assert views.keys() == expected.keys() == PER_TRACE
+                for view in PER_TRACE:
+                    assert views[view].parent == t.out_dir
+                    rows = _rows(views[view])
+                    assert rows == _rows(expected[view]), (t.file_id, view)
+                    if rows:
+                        nonempty.add(view)
+    assert nonempty == PER_TRACE
+
+
+def test_a_trace_whose_summaries_fail_fails_alone_in_its_group(tmp_path: Path):
+    # Three small traces ingest as one group; the middle one's process group
+    # list is an object, which its summaries cannot read (the library casts
+    # it to a JSON list): it fails with that error, the other two are in,
+    # their summaries current, on one process and on --jobs workers.
+    from tracedb.discover import discover
+    from tracedb.ingest import summary_groups
+
+    runs = tmp_path / "runs"
+    for rank, pg in enumerate(([{"pg_name": "0", "pg_size": 2}], {"pg_name": "0"}, [{"pg_name": "0", "pg_size": 2}])):
+        events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5 + rank,
+                   "args": {}} for i in range(1, 6)]
+        (runs / "r").mkdir(parents=True, exist_ok=True)
+        (runs / "r" / f"rank{rank}.json").write_text(json.dumps(
+            {"distributedInfo": {"rank": rank, "pg_config": pg}, "traceEvents": events}))
+    files = discover([runs])
+    for jobs, groups in ((1, [3]), (2, [2, 1])):
+        assert [len(g) for g in summary_groups(files, jobs)] == groups
+        db = tracedb.open(tmp_path / f"wh{jobs}")
+        report = db.ingest([runs], jobs=jobs)
+        assert [Path(r.path).name for r in report.failed] == ["rank1.json"]
+        assert "Expected ARRAY, but got OBJECT" in report.failed[0].error
+        assert sorted(Path(r.path).name for r in report.ingested) == ["rank0.json", "rank2.json"]
+        con = db.connect()
+        assert Catalog.stale_summaries(con) == 0
+        # each trace's five aten::mm of 5 + rank us, from its own summary
+        assert sorted(con.execute("SELECT rank, sum(calls), sum(calls * dur_ns) FROM int_op_dur_counts "
+                                  "GROUP BY rank").fetchall()) == [(0, 5, 25_000), (2, 5, 35_000)]
+        db.close()
+
+
+def test_small_traces_go_in_groups_that_keep_every_worker_busy_and_a_large_one_alone():
+    from tracedb.discover import TraceFile
+    from tracedb.ingest import SUMMARY_GROUP_MAX_BYTES, summary_groups
+
+    def tf(name: str, size: int) -> TraceFile:
+        return TraceFile(Path(name), "r", 0, "p", size, 0)
+
+    small = [tf(f"s{i}.json", 10 << 20) for i in range(11)]
+    big = tf("big.json", SUMMARY_GROUP_MAX_BYTES + 1)
+    gz = tf("small.json.gz", SUMMARY_GROUP_MAX_BYTES // 5)  # about 10x that much JSON: large
+    names = lambda groups: [[t.path.name for t in g] for g in groups]  # noqa: E731
+    # 11 small on 2 workers: in their order, groups of 6 (no more than 8);
+    # a large one alone, as it comes
+    assert names(summary_groups([big, *small[:5], gz, *small[5:]], 2)) == [
+        ["big.json"], ["small.json.gz"], [f"s{i}.json" for i in range(6)], [f"s{i}.json" for i in range(6, 11)]]
+    assert [len(g) for g in summary_groups(small, 1)] == [8, 3]
+    assert [len(g) for g in summary_groups(small[:3], 4)] == [1, 1, 1]
+
+
 def test_a_trace_that_fails_leaves_the_summarizer_to_the_next(wh: Path, tmp_path: Path):
     from tracedb import summaries
     from tracedb.catalog import resource_dir

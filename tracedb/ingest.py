@@ -1,5 +1,6 @@
 """Ingest: discovered files -> parse -> Parquet -> catalog, one file at a time
-(or ``jobs`` at a time in worker processes).
+(or ``jobs`` at a time in worker processes); small files in groups whose
+per-trace summaries are computed at once (summary_groups).
 
 Each file is hashed (its id, fileid.py); a file whose content is already in
 the warehouse is skipped (a file with the same path, size and mtime as an ingested one is
@@ -62,6 +63,12 @@ WORKERS_MIN_BYTES = 16 << 20
 # (a 1 GiB trace: 1.1-1.4 s sooner). Traces ingested by --jobs workers: on a
 # thread, as this process only waits.
 EARLY_COMMIT_THREAD_MAX_BYTES = 256 << 20
+# Traces of up to this much JSON are ingested in groups of up to
+# SUMMARY_GROUP_TRACES whose summaries are computed at once
+# (Summarizer.compute_many): a 10 MB trace's twelve statements are mostly
+# planned and started, not run.
+SUMMARY_GROUP_MAX_BYTES = 32 << 20
+SUMMARY_GROUP_TRACES = 8
 
 
 @dataclass
@@ -321,6 +328,49 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
     ``plain_bytes`` of its rows are staged uncompressed (plain_staging_bytes).
     A file whose content ``known_ids`` holds under its id (or under its
     BLAKE2b id, in a warehouse made before xxh3) is skipped."""
+    return ingest_files(warehouse, [tf], summarizer, known_ids, threads, workers, plain_bytes)[0]
+
+
+def ingest_files(warehouse: Warehouse, tfs: list[TraceFile], summarizer: summaries.Summarizer,
+                 known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1,
+                 plain_bytes: int = 0) -> list[FileResult]:
+    """``ingest_file`` for each of ``tfs``, one after the other, but for
+    their summaries: computed at once for those that reach them
+    (``Summarizer.compute_many``; small traces, summary_groups), each alone
+    where that fails, so that an error is the trace's own."""
+    results: list[FileResult] = []
+    ready: list[_Finalized] = []
+    try:
+        for tf in tfs:
+            r = _finalized(warehouse, tf, known_ids, threads, workers, plain_bytes)
+            if isinstance(r, _Finalized):
+                ready.append(r)
+                results.append(r.result)  # filled in once published
+            else:
+                results.append(r)
+        for r, made in zip(ready, _summaries(summarizer, ready), strict=True):
+            _publish(warehouse, r, made, summarizer.fingerprint)
+    finally:
+        for r in ready:
+            r.writer.discard()
+    return results
+
+
+@dataclass
+class _Finalized:
+    """A trace parsed and finalized: its final files wait for their summaries."""
+
+    tf: TraceFile
+    result: FileResult
+    meta: TraceMeta
+    writer: TraceWriter
+    seconds: float  # spent on it so far
+
+
+def _finalized(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str], threads: int, workers: int,
+               plain_bytes: int) -> _Finalized | FileResult:
+    """A file hashed, parsed and finalized; or its result, where it is
+    skipped or has failed."""
     t0 = time.perf_counter()
     result = FileResult(path=str(tf.path), run=tf.run, rank=tf.rank, phase=tf.phase,
                         status="failed", bytes=tf.size_bytes)
@@ -350,12 +400,73 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
         if meta.distributed_info:
             tf.resolve_rank(meta.distributed_info.get("rank"))
         writer.finalize(meta.base_time_ns or 0, meta.json_event_count, threads=threads)
-        made = summarizer.compute(
-            writer.final, writer.dir, file_id=file_id, run=tf.run, rank=tf.rank, phase=tf.phase,
-            distributed_info=json.dumps(meta.distributed_info) if meta.distributed_info is not None else None)
-        files = writer.publish(tf.run, tf.rank, tf.phase)
+        finalized = _Finalized(tf, result, meta, writer, time.perf_counter() - t0)
+        writer = None  # the caller's now
+        return finalized
+    except (*_FILE_ERRORS, UploadError) as e:
+        return _failed(tf, result, e, time.perf_counter() - t0)
+    finally:
+        if writer is not None:
+            writer.discard()
+
+
+def _failed(tf: TraceFile, result: FileResult, e: Exception, seconds: float) -> FileResult:
+    if isinstance(e, TraceFormatError):
+        result.error = str(e)
+    elif isinstance(e, UploadError):
+        result.error = f"{tf.path}: {e}"
+    else:
+        result.error = f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}"
+    result.status = "failed"
+    result.seconds = seconds
+    result.row = _row(tf, result.file_id, "failed", result.error, seconds=seconds)
+    return result
+
+
+def _summaries(summarizer: summaries.Summarizer, ready: list[_Finalized]) -> list[dict[str, Path] | Exception]:
+    """The summaries of each trace (view -> file), or what computing them
+    raised (_FILE_ERRORS) on that trace alone; each trace's time grows by
+    its share."""
+    def spec(r: _Finalized) -> summaries.TraceFiles:
+        info = r.meta.distributed_info
+        return summaries.TraceFiles(r.writer.final, r.writer.dir, r.result.file_id, r.tf.run, r.tf.rank, r.tf.phase,
+                                    json.dumps(info) if info is not None else None)
+
+    t0 = time.perf_counter()
+    made: list[dict[str, Path] | Exception] | None = None
+    if len(ready) > 1 and len({r.result.file_id for r in ready}) == len(ready):
         try:
-            summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, file_id)
+            made = list(summarizer.compute_many([spec(r) for r in ready]))
+        except Exception:  # noqa: BLE001 - any failure of the batch: each trace alone, as one would have
+            made = None
+    if made is not None:
+        for r in ready:
+            r.seconds += (time.perf_counter() - t0) / len(ready)
+        return made
+    made = []
+    for r in ready:
+        t1 = time.perf_counter()
+        t = spec(r)
+        try:
+            made.append(summarizer.compute(t.tables, t.out_dir, file_id=t.file_id, run=t.run, rank=t.rank,
+                                           phase=t.phase, distributed_info=t.distributed_info))
+        except _FILE_ERRORS as e:
+            made.append(e)
+        r.seconds += time.perf_counter() - t1
+    return made
+
+
+def _publish(warehouse: Warehouse, r: _Finalized, made: dict[str, Path] | Exception, fingerprint: str | None) -> None:
+    """Publish a finalized trace's files and summaries (``made``), or record
+    why it failed; fills in its result."""
+    t0 = time.perf_counter()
+    tf, result = r.tf, r.result
+    try:
+        if isinstance(made, Exception):
+            raise made
+        files = r.writer.publish(tf.run, tf.rank, tf.phase)
+        try:
+            summary_files = summaries.publish(warehouse, made, tf.run, tf.rank, tf.phase, result.file_id)
         except (OSError, UploadError) as e:
             for key in files.values():
                 warehouse.storage.remove(key)
@@ -363,42 +474,53 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
                 raise
             raise cannot_write(warehouse, e) from None
     except (*_FILE_ERRORS, UploadError) as e:
-        if isinstance(e, TraceFormatError):
-            result.error = str(e)
-        elif isinstance(e, UploadError):
-            result.error = f"{tf.path}: {e}"
-        else:
-            result.error = f"{tf.path}: cannot ingest: {type(e).__name__}: {str(e).splitlines()[0]}"
-        result.seconds = time.perf_counter() - t0
-        result.row = _row(tf, file_id, "failed", result.error, seconds=result.seconds)
-        return result
-    finally:
-        if writer is not None:
-            writer.discard()
+        _failed(tf, result, e, r.seconds + time.perf_counter() - t0)
+        return
     result.status = "ok"
     result.rank = tf.rank
-    result.event_count = meta.event_count
-    result.warnings = meta.warnings
-    result.seconds = time.perf_counter() - t0
-    result.row = _row(tf, file_id, "ok", None, meta, files, result.seconds)
+    result.event_count = r.meta.event_count
+    result.warnings = r.meta.warnings
+    result.seconds = r.seconds + time.perf_counter() - t0
+    result.row = _row(tf, result.file_id, "ok", None, r.meta, files, result.seconds)
     result.row["summaries"] = json.dumps(summary_files)
-    result.row["summaries_fingerprint"] = summarizer.fingerprint
-    return result
+    result.row["summaries_fingerprint"] = fingerprint
 
 
 _worker_summarizer: summaries.Summarizer | None = None
 
 
-def _ingest_in_worker(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str],
-                      plain_bytes: int) -> FileResult:
-    """``ingest_file`` in a ``--jobs`` worker process, with one summarizer
+def _ingest_in_worker(warehouse: Warehouse, tfs: list[TraceFile], known_ids: frozenset[str],
+                      plain_bytes: int) -> list[FileResult]:
+    """``ingest_files`` in a ``--jobs`` worker process, with one summarizer
     for the traces it ingests, closed (its spill folder removed) as the
     process exits."""
     global _worker_summarizer
     if _worker_summarizer is None:
         _worker_summarizer = new_summarizer(warehouse, threads=1)
         multiprocessing.util.Finalize(None, _worker_summarizer.close, exitpriority=10)
-    return ingest_file(warehouse, tf, _worker_summarizer, known_ids, plain_bytes=plain_bytes)
+    return ingest_files(warehouse, tfs, _worker_summarizer, known_ids, plain_bytes=plain_bytes)
+
+
+def summary_groups(files: list[TraceFile], jobs: int) -> list[list[TraceFile]]:
+    """The files, in their order, as the groups ``ingest_files`` takes: a
+    trace of more than SUMMARY_GROUP_MAX_BYTES of JSON alone, the smaller
+    ones together, up to SUMMARY_GROUP_TRACES a group and no more than
+    gives each of ``jobs`` workers a group."""
+    small = sum(1 for tf in files if _json_bytes(tf) <= SUMMARY_GROUP_MAX_BYTES)
+    size = max(1, min(SUMMARY_GROUP_TRACES, -(-small // max(1, jobs))))
+    groups: list[list[TraceFile]] = []
+    group: list[TraceFile] = []
+    for tf in files:
+        if _json_bytes(tf) > SUMMARY_GROUP_MAX_BYTES:
+            groups.append([tf])
+            continue
+        group.append(tf)
+        if len(group) == size:
+            groups.append(group)
+            group = []
+    if group:
+        groups.append(group)
+    return groups
 
 
 def run_ingest(warehouse: Warehouse | str | os.PathLike, files: list[TraceFile], jobs: int = 1,
@@ -505,20 +627,22 @@ def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
             threads = max(1, os.cpu_count() or 1) if len(pending) == 1 else 1
             workers = jobs if len(pending) == 1 else 1
             with new_summarizer(warehouse, threads) as summarizer:
-                for tf in pending:
-                    done(ingest_file(warehouse, tf, summarizer, known_ids, threads, workers, plain_bytes))
+                for group in summary_groups(pending, 1):
+                    for r in ingest_files(warehouse, group, summarizer, known_ids, threads, workers, plain_bytes):
+                        done(r)
         else:
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 # The largest first: a large trace last would be left to
                 # one core at the end, the others idle.
                 largest_first = sorted(pending, key=_json_bytes, reverse=True)
-                futures = {pool.submit(_ingest_in_worker, warehouse, tf, known_ids, plain_bytes // jobs)
-                           for tf in largest_first}
+                futures = {pool.submit(_ingest_in_worker, warehouse, group, known_ids, plain_bytes // jobs)
+                           for group in summary_groups(largest_first, jobs)}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:
-                        done(f.result())
+                        for r in f.result():
+                            done(r)
     finally:
         if uncommitted:
             commit()
