@@ -158,9 +158,9 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
 
 def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_path: Path):
     # compute_many (an ingest's small traces, in groups) over every trace of
-    # the warehouse at once, then again on the same connection, against each
-    # trace alone on a connection of its own: the same rows, view by view,
-    # in files of their own; the linked files go.
+    # the warehouse at once, then again (on the next connection), against
+    # each trace alone on a connection of its own: the same rows, view by
+    # view, in files of their own; the linked files go.
     from tracedb import summaries
     from tracedb.catalog import resource_dir
     from tracedb.views import load_view_files
