@@ -433,17 +433,16 @@ def _summaries(summarizer: summaries.Summarizer, ready: list[_Finalized]) -> lis
                                     json.dumps(info) if info is not None else None)
 
     t0 = time.perf_counter()
-    made: list[dict[str, Path] | Exception] | None = None
     if len(ready) > 1 and len({r.result.file_id for r in ready}) == len(ready):
         try:
-            made = list(summarizer.compute_many([spec(r) for r in ready]))
-        except Exception:  # noqa: BLE001 - any failure of the batch: each trace alone, as one would have
-            made = None
-    if made is not None:
-        for r in ready:
-            r.seconds += (time.perf_counter() - t0) / len(ready)
-        return made
-    made = []
+            together = summarizer.compute_many([spec(r) for r in ready])
+        except Exception:  # noqa: BLE001 - whatever failed the group: each trace alone, below, says whose it is
+            pass
+        else:
+            for r in ready:
+                r.seconds += (time.perf_counter() - t0) / len(ready)
+            return list(together)
+    made: list[dict[str, Path] | Exception] = []
     for r in ready:
         t1 = time.perf_counter()
         t = spec(r)
