@@ -113,8 +113,6 @@ static void heap_pop(Vec *h) {
 
 enum { DONE, OVERFLOW, BAD_ROW, NO_MEMORY };
 
-/* Slice a comes before slice b of the same thread: earlier start, then
-   longer, then the lower event_id. */
 /* A slice's end as numpy computes it (store._Threads): past 2^63 - 1, that;
    wrapping as numpy's int64 does. */
 static inline int64_t slice_end(int64_t ts, int64_t dur) {
@@ -122,6 +120,8 @@ static inline int64_t slice_end(int64_t ts, int64_t dur) {
     return (int64_t)((uint64_t)ts + (uint64_t)(dur < room ? dur : room));
 }
 
+/* Slice a comes before slice b of the same thread: earlier start, then
+   longer, then the lower event_id. */
 static inline int before(int64_t a, int64_t b, const int64_t *ts, const int64_t *dur) {
     if (ts[a] != ts[b])
         return ts[a] < ts[b];
