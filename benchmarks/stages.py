@@ -1,12 +1,18 @@
 """Where one trace's ingest time goes: hash, parse, finalize, summaries.
 
-    python benchmarks/stages.py TRACE [--workers 2] [--statements 3]
+    python benchmarks/stages.py TRACE [--workers 2] [--statements 3] [--as-worker]
 
 Runs the steps of ``tracedb.ingest.ingest_file`` one after the other on a
 throwaway warehouse and prints, per step, wall seconds, CPU seconds (this
 process, parse threads included) and its peak RSS during the step
-(Linux: /proc). bench.py measures the
-whole; this says which part to work on. ``--statements N`` then computes
+(Linux: /proc), then the CPU seconds of the C reader alone over the same
+pieces (the part of the parse that is not Python, Arrow or staging).
+bench.py measures the whole; this says which part to work on.
+``--as-worker`` runs the steps as a ``--jobs`` worker runs them for one of
+many rank files: the parse and finalize on one thread, its share of the
+plain staging, and the summaries on one thread over a connection that has
+already computed a trace's (a worker binds the library once, not per
+trace). ``--statements N`` then computes
 the summaries N more times over the same files and prints each statement's
 median CPU seconds, largest first. ``--operators`` computes them once more
 under DuckDB's profiler and prints the seconds of each kind of operator over
@@ -29,6 +35,7 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 from tracedb import fileid, ingest, store, summaries  # noqa: E402
 from tracedb.catalog import resource_dir  # noqa: E402
+from tracedb.parse import pieces  # noqa: E402
 from tracedb.views import load_view_files  # noqa: E402
 from tracedb.warehouse import Warehouse  # noqa: E402
 
@@ -61,8 +68,8 @@ class Steps:
     def table(self, nbytes: int) -> str:
         total = sum(r[1] for r in self.rows)
         lines = ["| step | s | CPU s | peak RSS MiB |", "|---|---:|---:|---:|"]
-        lines += [f"| {n} | {s:.1f} | {c:.1f} | {m if m is not None else '-'} |" for n, s, c, m in self.rows]
-        lines.append(f"| total | {total:.1f} | {sum(r[2] for r in self.rows):.1f} | "
+        lines += [f"| {n} | {s:.2f} | {c:.2f} | {m if m is not None else '-'} |" for n, s, c, m in self.rows]
+        lines.append(f"| total | {total:.2f} | {sum(r[2] for r in self.rows):.2f} | "
                      f"{max((r[3] or 0) for r in self.rows) or '-'} |")
         lines.append(f"\n{nbytes / 1e6:.0f} MB in {total:.1f} s: {nbytes / 1e6 / total:.1f} MB/s")
         return "\n".join(lines)
@@ -76,8 +83,13 @@ def main() -> None:
                     help="then compute the summaries N times more, CPU seconds per statement")
     ap.add_argument("--operators", action="store_true",
                     help="then compute the summaries once under DuckDB's profiler: seconds per operator")
+    ap.add_argument("--as-worker", action="store_true",
+                    help="as a --jobs worker ingests one of many rank files (one thread, a bound summarizer)")
     args = ap.parse_args()
-    threads = max(1, os.cpu_count() or 1)
+    cores = max(1, os.cpu_count() or 1)
+    threads = 1 if args.as_worker else cores
+    workers = 1 if args.as_worker else args.workers
+    plain_bytes = store.plain_staging_bytes() // (cores if args.as_worker else 1)
     with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
         wh = Warehouse(tmp)
         steps = Steps()
@@ -85,19 +97,31 @@ def main() -> None:
         # The fast path on threads, as ingest takes it for a large trace alone,
         # staging uncompressed what the kernel keeps in memory unwritten.
         # (Ingest overlaps the hash with the parse; here each is on its own.)
-        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, args.workers,
-                                 plain_bytes=store.plain_staging_bytes())
+        meta, writer = steps.run("parse", ingest.stage, args.trace, wh, workers, plain_bytes=plain_bytes)
         writer.file_id = file_id
         steps.run("finalize", writer.finalize, meta.base_time_ns or 0, meta.json_event_count, threads=threads)
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
-        defs = load_view_files(resource_dir("queries"))
-        summarize = (summaries.compute, wh, defs, writer.final, writer.dir)
-        kwargs = dict(file_id=file_id, run="r", rank=0, phase="p", distributed_info=info, threads=threads)
+        kwargs = dict(file_id=file_id, run="r", rank=0, phase="p", distributed_info=info)
+        if args.as_worker:
+            summarizer = ingest.new_summarizer(wh, threads=1)
+            summarizer.compute(writer.final, writer.dir, **kwargs)  # the trace before, as it were
+            summarize = (summarizer.compute, writer.final, writer.dir)
+        else:
+            summarizer = None
+            defs = load_view_files(resource_dir("queries"))
+            summarize = (summaries.compute, wh, defs, writer.final, writer.dir)
+            kwargs["threads"] = threads
         steps.run("summaries", *summarize, **kwargs)
         per_statement = statements(summarize, kwargs, args.statements)
         per_operator = operators(summarize, kwargs, Path(tmp) / "profile.json") if args.operators else None
-    print(f"{args.trace}: {meta.event_count:,} events, {args.workers} parse thread(s)\n")
+        if summarizer is not None:
+            summarizer.close()
+    reader = c_reader_cpu(args.trace)
+    print(f"{args.trace}: {meta.event_count:,} events, {workers} parse thread(s)"
+          f"{', as a --jobs worker' if args.as_worker else ''}\n")
     print(steps.table(args.trace.stat().st_size))
+    if reader is not None:
+        print(f"of the parse, the C reader alone: {reader:.2f} CPU s")
     if per_statement:
         print(f"\nsummaries, CPU s per statement (median of {args.statements}):")
         for cpu, sql in per_statement:
@@ -112,6 +136,25 @@ def main() -> None:
         print(f"\nthe {min(10, len(scans))} costliest of {len(scans)} Parquet scans (seconds, rows out, columns read):")
         for seconds, rows, columns in sorted(scans, reverse=True)[:10]:
             print(f"{seconds:6.3f} {rows:>10,} {columns}")
+
+
+def c_reader_cpu(trace: Path) -> float | None:
+    """CPU seconds of the C reader alone over the trace's pieces, one after
+    the other; None where it is not built or declines a piece."""
+    if pieces._fastparse is None:
+        return None
+    cpu = 0.0
+    try:
+        for piece in pieces.SplitParser(trace).pieces():
+            c0 = os.times()
+            out = pieces._fastparse.parse(pieces._events_text(piece), piece.base)
+            c1 = os.times()
+            if isinstance(out, str):
+                return None
+            cpu += c1[0] + c1[1] - c0[0] - c0[1]
+    except pieces.NotSplittable:
+        return None
+    return cpu
 
 
 _FROM_RE = re.compile(r"FROM (\w+)")

@@ -94,3 +94,28 @@ def test_timeline_marks_each_step_and_its_times_add_up(tmp_path):
     assert sum(wall for wall, _, _ in rows.values()) == pytest.approx(total[0], abs=0.01 * len(rows))
     assert sum(cpu for _, cpu, _ in rows.values()) == pytest.approx(total[1], abs=0.01 * len(rows))
     assert total[1] > 0
+
+
+def test_stages_as_a_worker_prints_each_step_and_the_c_reader(tmp_path):
+    """benchmarks/stages.py --as-worker over a real trace: the events it
+    counts are the trace's (plain Python over the JSON), each step of a
+    trace's ingest is in its table with the total their sum, and the C
+    reader's own CPU seconds are printed, a part of the parse's."""
+    source = corpus_file(SOURCE)
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stages.py"), str(source), "--as-worker"],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    head, table, reader = r.stdout.split("\n\n")[:3]
+    rows_of_events = [e for e in trace_events(source) if e.get("ph") not in ("s", "t", "f", "C")]  # not flows, counters
+    assert head == f"{source}: {len(rows_of_events):,} events, 1 parse thread(s), as a --jobs worker"
+    rows = {cells[0]: [float(c) for c in cells[1:3]]
+            for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])}
+    assert list(rows) == ["hash", "parse", "finalize", "summaries", "total"]
+    total = rows.pop("total")
+    assert sum(wall for wall, _ in rows.values()) == pytest.approx(total[0], abs=0.01 * len(rows))
+    assert sum(cpu for _, cpu in rows.values()) == pytest.approx(total[1], abs=0.01 * len(rows))
+    assert reader.startswith(f"{source.stat().st_size / 1e6:.0f} MB in ")
+    line = reader.splitlines()[1]
+    assert line.startswith("of the parse, the C reader alone: ") and line.endswith(" CPU s")
+    assert 0 < float(line.split(": ")[1].split()[0]) <= rows["parse"][1] + 0.05
