@@ -22,6 +22,7 @@ all the statements, then the costliest Parquet scans and what they read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -90,7 +91,7 @@ def main() -> None:
     threads = 1 if args.as_worker else cores
     workers = 1 if args.as_worker else args.workers
     plain_bytes = store.plain_staging_bytes() // (cores if args.as_worker else 1)
-    with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tracedb-stages-") as tmp, contextlib.ExitStack() as stack:
         wh = Warehouse(tmp)
         steps = Steps()
         file_id = steps.run("hash", fileid.content_ids, args.trace)[0]
@@ -103,19 +104,16 @@ def main() -> None:
         info = json.dumps(meta.distributed_info) if meta.distributed_info is not None else None
         kwargs = dict(file_id=file_id, run="r", rank=0, phase="p", distributed_info=info)
         if args.as_worker:
-            summarizer = ingest.new_summarizer(wh, threads=1)
+            summarizer = stack.enter_context(ingest.new_summarizer(wh, threads=1))
             summarizer.compute(writer.final, writer.dir, **kwargs)  # the trace before, as it were
             summarize = (summarizer.compute, writer.final, writer.dir)
         else:
-            summarizer = None
             defs = load_view_files(resource_dir("queries"))
             summarize = (summaries.compute, wh, defs, writer.final, writer.dir)
             kwargs["threads"] = threads
         steps.run("summaries", *summarize, **kwargs)
         per_statement = statements(summarize, kwargs, args.statements)
         per_operator = operators(summarize, kwargs, Path(tmp) / "profile.json") if args.operators else None
-        if summarizer is not None:
-            summarizer.close()
     reader = c_reader_cpu(args.trace)
     print(f"{args.trace}: {meta.event_count:,} events, {workers} parse thread(s)"
           f"{', as a --jobs worker' if args.as_worker else ''}\n")
