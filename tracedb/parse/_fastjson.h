@@ -124,7 +124,7 @@ static int read_string(Reader *r, Val *v) {
             unsigned at = (unsigned)_mm_movemask_epi8(special);
             if (at) {
                 p += __builtin_ctz(at);
-                break;
+                goto special; /* p is at it: the loops below would look at it again */
             }
             p += 16;
         }
@@ -139,6 +139,9 @@ static int read_string(Reader *r, Val *v) {
         }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
+#ifdef __SSE2__
+    special:
+#endif
         if (p >= end)
             return fail(r, "a string runs past the piece");
         unsigned char c = *p;
