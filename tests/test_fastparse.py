@@ -83,6 +83,23 @@ def test_values_as_written():
     assert (res.ts_min_ns, res.ts_max_ns) == (-1500, 1712195498123456789 + 2500)
 
 
+def test_args_text_as_written_without_whitespace():
+    """The args column, hand-checked: each key and value as written, the
+    whitespace outside strings gone, inside nested containers and empty ones
+    too, strings (spaces, escapes) kept whole."""
+    piece = _piece(
+        '"ph": "X", "args": { }',
+        '"ph": "X", "args": {\n  "a" :  1 ,\n  "b": [ 1, [ 2 , 3 ], { "c" : "x y" } ] , "d": "s \\" t",\n'
+        '  "e": true, "f": null, "g": -1.5e3, "h": { } , "i": [ ]\n}',
+        base=0)
+    res = pieces._convert_c(piece.data, piece)
+    assert res is not None
+    empty, full = _rows(res)["events"]
+    assert empty["args"] == "{}"
+    assert full["args"] == ('{"a":1,"b":[1,[2,3],{"c":"x y"}],"d":"s \\" t",'
+                            '"e":true,"f":null,"g":-1.5e3,"h":{},"i":[]}')
+
+
 def test_values_of_the_common_case_beyond_kineto():
     """What the C reader takes besides Kineto's usual spelling, hand-checked:
     times finer than 1 ns (rounded half to even), integers past 64 bits as

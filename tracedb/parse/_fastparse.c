@@ -328,7 +328,7 @@ static inline int unquoted8(uint64_t w) {
    the first whitespace (outside a string) or backslash (``in_string``), or
    to the last 16 bytes before e: each block stored whole, the output then
    moved past the bytes before that one. The output is never ahead of the
-   input (put_compact), so 16 more bytes fit while the input has 16. */
+   input (buf_compact), so 16 more bytes fit while the input has 16. */
 static inline void copy_run16(const char **pp, const char *e, char **outp, int in_string) {
     const char *p = *pp;
     char *out = *outp;
@@ -350,12 +350,12 @@ static inline void copy_run16(const char **pp, const char *e, char **outp, int i
 }
 #endif
 
-/* args' text without the whitespace outside strings (the text is valid
-   JSON: read_args took it) */
-static int put_compact(Col *c, const char *s, const char *e) {
-    if (buf_grow(&c->data, (size_t)(e - s)) || col_bit(c, 1))
+/* JSON text (valid: the reader took it) appended to b without the
+   whitespace outside strings */
+static int buf_compact(Buf *b, const char *s, const char *e) {
+    if (buf_grow(b, (size_t)(e - s)))
         return -1;
-    char *out = c->data.p + c->data.len;
+    char *out = b->p + b->len;
     const char *p = s;
     while (p < e) {
 #ifdef __SSE2__
@@ -393,8 +393,8 @@ static int put_compact(Col *c, const char *s, const char *e) {
                 break;
         }
     }
-    c->data.len = (size_t)(out - c->data.p);
-    return col_offset(c);
+    b->len = (size_t)(out - b->p);
+    return 0;
 }
 
 /* -- events ---------------------------------------------------------------- */
@@ -572,6 +572,7 @@ typedef struct {
     int64_t count;
     int has_span;
     int64_t lo, hi;
+    Buf args;      /* the event's args as written to its column (read_args) */
     char why[128]; /* why the piece was declined */
 } Out;
 
@@ -700,7 +701,7 @@ static int emit(Out *o, int64_t index, Val *f, Val *args) {
         }
         Val *a = &f[F_ARGS];
         if (a->type == V_OBJ)
-            PUT(put_compact(&c[E_ARGS], a->s, a->e), "args", a);
+            PUT(put_str(&c[E_ARGS], o->args.p, o->args.len), "args", a);
         else
             PUT(put_str(&c[E_ARGS], NULL, 0), "args", a);
         /* put_id_text took pid and tid: present, each is an integer's or a string's text */
@@ -713,19 +714,24 @@ static int emit(Out *o, int64_t index, Val *f, Val *args) {
     return 0;
 }
 
-/* The args object, at its "{": its span, and the values of the typed keys. */
-static int read_args(Reader *r, Val *whole, Val *args) {
+/* The args object, at its "{": its span, the values of the typed keys,
+   and its text without the whitespace outside strings, in ``text``: each
+   key and scalar value copied as read, a container compacted
+   (buf_compact), instead of a second pass over the whole object. */
+static int read_args(Reader *r, Val *whole, Val *args, Buf *text) {
     Val key;
     whole->type = V_OBJ;
     whole->s = r->p;
+    text->len = 0;
     r->p++;
     skip_ws(r);
     if (r->p < r->end && *r->p == '}') {
         r->p++;
         whole->e = r->p;
-        return 0;
+        return buf_put(text, "{}", 2) ? (r->nomem = 1, -1) : 0;
     }
     int more;
+    char sep = '{';
     do {
         if (read_key(r, &key) || key.escaped)
             return fail(r, "an args key with escapes");
@@ -734,9 +740,24 @@ static int read_args(Reader *r, Val *whole, Val *args) {
         Val *v = i >= 0 ? &args[i] : &tmp;
         if (i >= 0 && v->type != V_ABSENT)
             return fail(r, "a typed args key twice");
+        /* the separator, then the key with its quotes and a colon */
+        size_t nk = (size_t)(key.e - key.s) + 2;
+        if (buf_grow(text, nk + 2))
+            return r->nomem = 1, -1;
+        text->p[text->len++] = sep;
+        memcpy(text->p + text->len, key.s - 1, nk);
+        text->len += nk;
+        text->p[text->len++] = ':';
+        sep = ',';
+        const char *at = r->p;
         if (skip_value(r, v, 2))
             return -1;
+        if (v->type == V_OBJ || v->type == V_ARR ? buf_compact(text, at, r->p)
+                                                 : buf_put(text, at, (size_t)(r->p - at)))
+            return r->nomem = 1, -1;
     } while ((more = next_member(r, '}')) > 0);
+    if (more == 0 && buf_put(text, "}", 1))
+        return r->nomem = 1, -1;
     whole->e = r->p;
     return more;
 }
@@ -762,7 +783,7 @@ static int read_event(Reader *r, Out *o, int64_t index) {
         if (i >= 0 && f[i].type != V_ABSENT)
             return fail(r, "an event key twice");
         if (i == F_ARGS && r->p < r->end && *r->p == '{') {
-            if (read_args(r, &f[F_ARGS], args))
+            if (read_args(r, &f[F_ARGS], args, &o->args))
                 return -1;
         } else if (skip_value(r, i >= 0 ? &f[i] : &tmp, 1)) {
             return -1;
@@ -918,6 +939,7 @@ static int out_init(Out *o) {
 
 static void out_free(Out *o) {
     slices_free(&o->slices);
+    free(o->args.p);
     for (int l = 0; l < N_LANES; l++)
         for (int i = 0; i < N_ECOLS; i++)
             col_free(&o->ev[l][i]);
