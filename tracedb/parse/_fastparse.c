@@ -70,6 +70,38 @@ static inline int buf_put(Buf *b, const void *src, size_t n) {
     return 0;
 }
 
+/* n bytes from src to dst, most of them few (a key, a number, a name):
+   up to 16 copied as two overlapping words here, not by a call to memcpy. */
+static inline void copy_short(char *dst, const char *src, size_t n) {
+    if (n >= 8 && n <= 16) {
+        uint64_t head, tail;
+        memcpy(&head, src, 8);
+        memcpy(&tail, src + n - 8, 8);
+        memcpy(dst, &head, 8);
+        memcpy(dst + n - 8, &tail, 8);
+    } else if (n >= 4 && n < 8) {
+        uint32_t head, tail;
+        memcpy(&head, src, 4);
+        memcpy(&tail, src + n - 4, 4);
+        memcpy(dst, &head, 4);
+        memcpy(dst + n - 4, &tail, 4);
+    } else if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = src[i];
+    } else {
+        memcpy(dst, src, n);
+    }
+}
+
+/* buf_put of text (copy_short) */
+static inline int buf_put_text(Buf *b, const char *src, size_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n))
+        return -1;
+    copy_short(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
 enum { K_I64, K_F64, K_STR, K_LIST };
 
 typedef struct {
@@ -167,7 +199,7 @@ static int put_str(Col *c, const char *s, size_t n) {
     /* s NULL: a null */
     if (col_bit(c, s != NULL))
         return -1;
-    if (s && buf_put(&c->data, s, n))
+    if (s && buf_put_text(&c->data, s, n))
         return -1;
     return col_offset(c);
 }
@@ -745,7 +777,7 @@ static int read_args(Reader *r, Val *whole, Val *args, Buf *text) {
         if (buf_grow(text, nk + 2))
             return r->nomem = 1, -1;
         text->p[text->len++] = sep;
-        memcpy(text->p + text->len, key.s - 1, nk);
+        copy_short(text->p + text->len, key.s - 1, nk);
         text->len += nk;
         text->p[text->len++] = ':';
         sep = ',';
@@ -753,7 +785,7 @@ static int read_args(Reader *r, Val *whole, Val *args, Buf *text) {
         if (skip_value(r, v, 2))
             return -1;
         if (v->type == V_OBJ || v->type == V_ARR ? buf_compact(text, at, r->p)
-                                                 : buf_put(text, at, (size_t)(r->p - at)))
+                                                 : buf_put_text(text, at, (size_t)(r->p - at)))
             return r->nomem = 1, -1;
     } while ((more = next_member(r, '}')) > 0);
     if (more == 0 && buf_put(text, "}", 1))
