@@ -105,7 +105,7 @@ static inline int plain8(uint64_t w) {
 
 /* A string, at its opening quote: valid UTF-8, no control characters,
    valid escapes (no surrogate escapes). */
-static int read_string(Reader *r, Val *v) {
+static int read_string_long(Reader *r, Val *v) {
     const unsigned char *p = (const unsigned char *)r->p + 1;
     const unsigned char *end = (const unsigned char *)r->end;
     v->type = V_STR;
@@ -196,6 +196,31 @@ static int read_string(Reader *r, Val *v) {
             return fail(r, "invalid UTF-8");
         }
     }
+}
+
+/* read_string, inline where the string ends within its first 16 bytes
+   with nothing in them to look at (an escape, a control character, a
+   byte past ASCII): most keys and names. */
+static inline int read_string(Reader *r, Val *v) {
+#ifdef __SSE2__
+    const char *p = r->p + 1;
+    if (r->end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                    _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                       _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+        unsigned at = (unsigned)_mm_movemask_epi8(special);
+        if (at && p[__builtin_ctz(at)] == '"') {
+            v->type = V_STR;
+            v->escaped = 0;
+            v->s = p;
+            v->e = p + __builtin_ctz(at);
+            r->p = v->e + 1;
+            return 0;
+        }
+    }
+#endif
+    return read_string_long(r, v);
 }
 
 static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
