@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,24 @@ def test_args_text_as_written_without_whitespace():
     assert empty["args"] == "{}"
     assert full["args"] == ('{"a":1,"b":[1,[2,3],{"c":"x y"}],"d":"s \\" t",'
                             '"e":true,"f":null,"g":-1.5e3,"h":{},"i":[]}')
+
+
+def test_times_of_every_digit_count():
+    """ts and dur with 1 to 15 digits before the point and 0 to 6 after
+    (runs of digits across the reader's 8-byte steps), and integers in args
+    of 1 to 18 digits: the C reader's values equal Decimal's reading of the
+    same text (microseconds to ns, half to even)."""
+    texts = [("9876543210123456"[:whole] + ("." + "123456"[:frac] if frac else ""))
+             for whole in range(1, 16) for frac in (0, 1, 3, 4, 6)]
+    ids = ["9" * n for n in range(1, 19)]
+    events = [f'"ph": "X", "ts": {t}, "dur": -{t}, "args": {{"External id": {i}}}'
+              for t, i in zip(texts, ids * 5, strict=False)]
+    piece = _piece(*events)
+    res = pieces._convert_c(piece.data, piece)
+    assert res is not None
+    for row, t, i in zip(_rows(res)["events"], texts, ids * 5, strict=False):
+        ns = int((Decimal(t) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+        assert (row["ts_ns"], row["dur_ns"], row["external_id"]) == (ns, -ns, int(i)), t
 
 
 def test_values_of_the_common_case_beyond_kineto():

@@ -225,6 +225,25 @@ static inline int read_string(Reader *r, Val *v) {
 
 static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
 
+/* Past a run of digits, from p (before end): 8 bytes at a time (a byte is
+   a digit when, xor '0', it is 0-9: its high nibble stays 0, with 6 added
+   too; a carry out of a byte that is not a digit reaches only the bytes
+   after it), then one by one. */
+static inline const char *digits_end(const char *p, const char *end) {
+    while (end - p >= 8) {
+        uint64_t w, x;
+        memcpy(&w, p, 8);
+        x = w ^ (ONES * '0');
+        uint64_t other = (x | (x + ONES * 6)) & (ONES * 0xF0);
+        if (other)
+            return p + (__builtin_ctzll(other) >> 3);
+        p += 8;
+    }
+    while (p < end && is_digit(*p))
+        p++;
+    return p;
+}
+
 /* A number's text as a double, by Python's own reading: correctly
    rounded, as float(Decimal(text)) in values.py, and blind to the C locale (strtod is not). -1
    where it is long or past a double's range. */
@@ -260,18 +279,15 @@ static int read_number(Reader *r, Val *v) {
     if (p >= end || !is_digit(*p))
         return fail(r, "not JSON (expected a value)");
     const char *digits = p;
-    if (*p == '0') {
+    if (*p == '0')
         p++;
-    } else {
-        while (p < end && is_digit(*p))
-            p++;
-    }
+    else
+        p = digits_end(p, end);
     long magnitude = (long)(p - digits) - 1; /* about log10 of the value */
     if (p < end && *p == '.') {
         p++;
         const char *f = p;
-        while (p < end && is_digit(*p))
-            p++;
+        p = digits_end(p, end);
         if (p == f)
             return fail(r, "not JSON (a number without digits after the point)");
         v->frac = (int)(p - f);
