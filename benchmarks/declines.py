@@ -14,11 +14,16 @@ and listed apart.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
 
-from tracedb.parse import pieces
-from tracedb.parse.pieces import NotSplittable, SplitParser, decline_reason
+# This checkout's tracedb, not an installed one (an editable install's may be
+# another checkout's): a worktree's copy of this script measures the worktree.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tracedb.parse import pieces  # noqa: E402
+from tracedb.parse.pieces import NotSplittable, SplitParser, decline_reason  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "fixtures" / "cuda")

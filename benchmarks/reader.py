@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 from pathlib import Path
+
+# This checkout's tracedb, not an installed one (an editable install's may be
+# another checkout's): a worktree's copy of this script measures the worktree.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Arrow's allocator as `tracedb ingest` sets it (cli.py), before pyarrow loads.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")

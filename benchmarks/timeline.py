@@ -32,6 +32,10 @@ from pathlib import Path
 
 T0 = time.perf_counter()
 
+# This checkout's tracedb, not an installed one (an editable install's may be
+# another checkout's): a worktree's copy of this script measures the worktree.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from tracedb import cli  # noqa: E402  (loads neither pyarrow nor numpy)
 
 # The process settings of `tracedb ingest` (allocators, no BLAS threads),

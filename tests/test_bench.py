@@ -119,3 +119,17 @@ def test_stages_as_a_worker_prints_each_step_and_the_c_reader(tmp_path):
     line = reader.splitlines()[1]
     assert line.startswith("of the parse, the C reader alone: ") and line.endswith(" CPU s")
     assert 0 < float(line.split(": ")[1].split()[0]) <= rows["parse"][1] + 0.05
+
+
+@pytest.mark.parametrize("script", ["reader.py", "stages.py", "timeline.py", "declines.py"])
+def test_a_script_measures_the_checkout_it_sits_in(tmp_path, script):
+    """Where another tracedb comes first on the path (an editable install of
+    another checkout, PYTHONPATH), a benchmark script still imports its own
+    checkout's: here the other one is a decoy that fails on import."""
+    decoy = tmp_path / "tracedb"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy tracedb was imported')\n")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage:")
