@@ -518,6 +518,11 @@ _STAGED = dict(compression="lz4", use_dictionary=False, write_statistics=False)
 _PIECE_PLAIN = ipc.IpcWriteOptions(use_threads=False)
 _PIECE_LZ4 = ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 _PIECE_READ = ipc.IpcReadOptions(use_threads=False)
+# A staged file is read through a memory map: an uncompressed piece's
+# buffers are the page cache's pages, not copied into new memory (16 rank
+# files on two workers: 2.0% less CPU and a peak 80 MiB lower; the 1 GiB
+# trace 2.2% less, 18 MiB lower; the 4 GiB one 4% less). Only this process
+# writes and deletes these files, and a mapped one outlives its name.
 
 
 def _read_staged(path: Path, columns: list[str] | None = None) -> pa.Table:
@@ -525,7 +530,7 @@ def _read_staged(path: Path, columns: list[str] | None = None) -> pa.Table:
     IPC file, or the streaming parser's Parquet."""
     if path.suffix == ".parquet":
         return pq.read_table(path, columns=columns)
-    with pa.OSFile(str(path)) as source:
+    with pa.memory_map(str(path)) as source:
         reader = ipc.open_file(source, options=_PIECE_READ)
         if columns is None:
             return reader.read_all()
@@ -705,7 +710,7 @@ _LANES_KEY = b"tracedb.lanes"
 def _read_lane(path: Path, lane: int) -> pa.Table | None:
     """A piece's staged events of one lane (only its batches read), or
     None where the piece has none."""
-    with pa.OSFile(str(path)) as source:
+    with pa.memory_map(str(path)) as source:
         reader = ipc.open_file(source, options=_PIECE_READ)
         lanes = json.loads(reader.schema.metadata[_LANES_KEY])
         assert len(lanes) == reader.num_record_batches, (path, lanes)
