@@ -103,6 +103,18 @@ static inline int plain8(uint64_t w) {
     return (hits & HIGHS) == 0;
 }
 
+#ifdef __SSE2__
+/* A bit for each of 16 bytes where a string's plain run stops: a quote, a
+   backslash, a control character or a byte past ASCII (both less than
+   0x20 signed). */
+static inline unsigned string_stops16(__m128i v) {
+    __m128i stops = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                              _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                                 _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (unsigned)_mm_movemask_epi8(stops);
+}
+#endif
+
 /* A string, at its opening quote: valid UTF-8, no control characters,
    valid escapes (no surrogate escapes). */
 static int read_string_long(Reader *r, Val *v) {
@@ -117,11 +129,7 @@ static int read_string_long(Reader *r, Val *v) {
            one by one */
 #ifdef __SSE2__
         while (end - p >= 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)p);
-            __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                                                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-                                           _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
-            unsigned at = (unsigned)_mm_movemask_epi8(special);
+            unsigned at = string_stops16(_mm_loadu_si128((const __m128i *)p));
             if (at) {
                 p += __builtin_ctz(at);
                 goto special; /* p is at it: the loops below would look at it again */
@@ -205,11 +213,7 @@ static inline int read_string(Reader *r, Val *v) {
 #ifdef __SSE2__
     const char *p = r->p + 1;
     if (r->end - p >= 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)p);
-        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
-                                                    _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
-                                       _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
-        unsigned at = (unsigned)_mm_movemask_epi8(special);
+        unsigned at = string_stops16(_mm_loadu_si128((const __m128i *)p));
         if (at && p[__builtin_ctz(at)] == '"') {
             v->type = V_STR;
             v->escaped = 0;
