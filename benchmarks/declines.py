@@ -18,14 +18,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 # This checkout's tracedb, not an installed one (an editable install's may be
 # another checkout's): a worktree's copy of this script measures the worktree.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(ROOT))
 
 from tracedb.parse import pieces  # noqa: E402
 from tracedb.parse.pieces import NotSplittable, SplitParser, decline_reason  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "fixtures" / "cuda")
 
 

@@ -104,7 +104,7 @@ def test_stages_as_a_worker_prints_each_step_and_the_c_reader(tmp_path):
     source = corpus_file(SOURCE)
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stages.py"), str(source), "--as-worker"],
                        capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "TMPDIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr[-3000:]
     head, table, reader = r.stdout.split("\n\n")[:3]
     rows_of_events = [e for e in trace_events(source) if e.get("ph") not in ("s", "t", "f", "C")]  # not flows, counters
