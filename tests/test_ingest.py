@@ -166,6 +166,43 @@ def test_first_commit_in_a_process_of_its_own(runs: Path, warehouse: Path, tmp_p
     assert got == {"gemm": (2, 800.0), "relu": (2, 100.0), "aten::mm": (2, 400.0)}
 
 
+@pytest.mark.parametrize("traces, since_s, last_cost_s, due", [
+    (0, 60.0, 0.0, False),  # nothing to commit
+    (1, 4.0, 0.0, False),  # too soon for one trace
+    (1, 5.0, 0.0, True),  # five seconds on
+    (64, 0.5, 0.0, True),  # 64 traces
+    (64, 1.0, 0.1, False),  # the last took 0.1 s: 2 s apart
+    (64, 2.0, 0.1, True),
+    (1, 5.0, 0.5, False),  # the last took 0.5 s (a large warehouse): 10 s apart
+    (1, 10.0, 0.5, True),
+])
+def test_commits_space_out_as_they_cost_more(traces, since_s, last_cost_s, due):
+    from tracedb.ingest import commit_due
+
+    assert commit_due(traces, since_s, last_cost_s) is due
+
+
+@pytest.mark.parametrize("spacing, commits", [(0, [1, 1, 1, 1, 1, 1]), (10**9, [1, 5])])
+def test_ingest_commits_as_spaced(runs: Path, warehouse: Path, monkeypatch, spacing, commits):
+    """Six traces, a commit due after each: each is committed, or, when the
+    first commit took too long for another to follow within the ingest, the
+    other five are committed at its end."""
+    import tracedb.ingest as ingest
+    from tracedb.warehouse import Warehouse
+
+    monkeypatch.setattr(ingest, "COMMIT_EVERY_FILES", 1)
+    monkeypatch.setattr(ingest, "COMMIT_SPACING", spacing)
+    registered = []
+    real = Warehouse.register
+    monkeypatch.setattr(Warehouse, "register", lambda self, rows, on_wait=None: (
+        registered.append(len(rows)), real(self, rows, on_wait))[1])
+    db = tracedb.open(warehouse)
+    report = db.ingest([runs], jobs=1)
+    assert len(report.ingested) == 6 and not report.failed
+    assert registered == commits
+    assert db.sql("SELECT count(*) FROM traces WHERE status = 'ok'").fetchall() == [(6,)]
+
+
 def test_ingest_again_changes_nothing(runs: Path, warehouse: Path):
     db = tracedb.open(warehouse)
     db.ingest([runs], jobs=1)

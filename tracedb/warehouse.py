@@ -166,12 +166,17 @@ class LocalStorage:
 
     def __init__(self, root: Path):
         self.root = root
+        self._prefix = os.path.join(root, "")
 
     def _path(self, key: str) -> Path:
         return self.root / key
 
     def location(self, key: str) -> str:
-        return str(self._path(key))
+        # Joined as text, not through pathlib (20 us a key: a commit lists
+        # every trace's files, at 10,000 traces 1.6 of its 2 CPU-s). Keys
+        # are the warehouse's own relative paths (Warehouse.data_key), so
+        # both give the same string.
+        return self._prefix + key
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
