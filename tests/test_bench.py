@@ -121,7 +121,21 @@ def test_stages_as_a_worker_prints_each_step_and_the_c_reader(tmp_path):
     assert 0 < float(line.split(": ")[1].split()[0]) <= rows["parse"][1] + 0.05
 
 
-@pytest.mark.parametrize("script", ["reader.py", "stages.py", "timeline.py", "declines.py"])
+def test_commits_grows_a_warehouse_and_ingests_into_it(tmp_path):
+    """benchmarks/commits.py: a row per round of the warehouse it grows (the
+    script checks each round's traces are all registered: each file's
+    content is its own), then the ingest of more into it."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "commits.py"), "--traces", "250", "--add", "10",
+                        "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table, last = r.stdout.strip().split("\n\n")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    assert [n for n, _ in rows] == ["125", "250"] and all(float(cpu) > 0 for _, cpu in rows)
+    assert last.startswith("10 more traces into 250: ")
+    assert list(tmp_path.iterdir()) == []  # its traces and warehouse are gone
+
+
+@pytest.mark.parametrize("script", ["reader.py", "stages.py", "timeline.py", "declines.py", "commits.py"])
 def test_a_script_measures_the_checkout_it_sits_in(tmp_path, script):
     """Where another tracedb comes first on the path (an editable install of
     another checkout, PYTHONPATH), a benchmark script still imports its own
