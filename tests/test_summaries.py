@@ -156,15 +156,19 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
     assert not spill.exists()
 
 
-def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_path: Path):
+@pytest.mark.parametrize("rebind_after", [0, 1 << 40], ids=["rebinding-after-each", "one-connection"])
+def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_path: Path, monkeypatch,
+                                                               rebind_after: int):
     # compute_many (an ingest's small traces, in groups) over every trace of
-    # the warehouse at once, then again (on the next connection), against
-    # each trace alone on a connection of its own: the same rows, view by
-    # view, in files of their own; the linked files go.
+    # the warehouse at once, then again (on the next connection, or on the
+    # same one, its tables dropped), against each trace alone on a
+    # connection of its own: the same rows, view by view, in files of their
+    # own; the linked files go.
     from tracedb import summaries
     from tracedb.catalog import resource_dir
     from tracedb.views import load_view_files
 
+    monkeypatch.setattr(summaries, "GROUP_REBIND_AFTER_BYTES", rebind_after)
     defs = load_view_files(resource_dir("queries"))
     traces = _ok_traces(wh)
     assert len(traces) >= 5

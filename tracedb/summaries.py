@@ -52,6 +52,13 @@ if TYPE_CHECKING:
 # 4, alternating). A larger trace's summaries fill DuckDB's memory_limit,
 # which would stay through the next trace's parse.
 REBIND_AFTER_BYTES = 16 << 20
+# After a group of small traces (compute_many), the connection closes unless
+# their Parquet files are under this: DuckDB keeps what a group's statements
+# took (64 rank files of 10 MB on two workers, 3-4 MB of Parquet a group,
+# peaked at 625 MiB so, at 678 kept, 2% faster), but a group of tiny traces
+# takes next to nothing, and binding the library again was a fifth of its
+# summaries (0.11 of 0.5 CPU-s for 8 traces of 20 events).
+GROUP_REBIND_AFTER_BYTES = 1 << 20
 # Over one trace, file_id has one value: the views run with this stand-in,
 # which DuckDB keeps inline (strings up to 12 bytes), instead of the
 # 37-character id, compared through a pointer in every join, sort and group
@@ -286,7 +293,8 @@ class Summarizer:
         starting their statements (9.8 MB of JSON: 80 of its 180 ms plan
         them): eight such traces take 0.94 CPU-s at once, 1.61 one by one.
         Over several traces the keys are no constants, so a large trace is
-        faster alone. The connection closes after a group. Raises as
+        faster alone. The connection closes after a group but a tiny one
+        (GROUP_REBIND_AFTER_BYTES). Raises as
         ``compute`` does, for all of them: which trace it was, only each
         alone says."""
         if len({t.file_id for t in traces}) != len(traces):
@@ -295,6 +303,7 @@ class Summarizer:
             self._con = self._connect()
         con = self._con
         linked = traces[0].out_dir / "summaries.many"
+        large = sum(p.stat().st_size for t in traces for p in t.tables.values()) >= GROUP_REBIND_AFTER_BYTES
         try:
             files: dict[str, list[str]] = {table: [] for table in SCHEMAS}
             for t in traces:
@@ -319,20 +328,18 @@ class Summarizer:
             return outs
         finally:
             shutil.rmtree(linked, ignore_errors=True)
-            # The connection goes with the group's tables: DuckDB keeps what
-            # a group's statements took (64 rank files of 10 MB on two
-            # workers peaked at 625 MiB so, at 678 kept, 2% faster).
-            self._clear(rebind=True)
+            self._clear(rebind=large)
 
     def _clear(self, rebind: bool) -> None:
-        """Drop a trace's tables (their spilled blocks go), or the
-        connection: after a large trace, or a fatal error, after which it can
-        run nothing. The next trace then gets a new one."""
+        """Drop the tables of a trace or group (their spilled blocks go),
+        or the connection: after a large trace or group, or a fatal error,
+        after which it can run nothing. The next trace then gets a new one."""
         assert self._con is not None
         if not rebind:
             try:
-                for name in self._tables:
-                    self._con.execute(f"DROP TABLE IF EXISTS {name}__rows")
+                for name in [*(f"{name}__rows" for name in self._tables),
+                             *(f"{v.name}__all" for v in per_trace(self.defs))]:
+                    self._con.execute(f"DROP TABLE IF EXISTS {name}")
                 return
             except duckdb.Error:
                 pass
