@@ -586,21 +586,28 @@ class Warehouse:
             cols = [c for (c,) in con.execute(
                 "SELECT column_name FROM duckdb_columns() WHERE table_name = 'traces' ORDER BY column_index"
             ).fetchall()]
-            placeholders = ", ".join("?" for _ in cols)
+            # Three statements for all the rows, not three a row (1 ms each:
+            # a fifth of what a trace of 20 events cost the ingest).
+            kept = {file_id: (files, made) for file_id, files, made in con.execute(
+                "SELECT file_id, files, summaries FROM traces WHERE status = 'ok' AND list_contains(?, file_id)",
+                [[row["file_id"] for row in rows if row["status"] == "ok"]]).fetchall()}
+            new: list[dict] = []
             for row in rows:
                 if row["status"] == "ok":
-                    kept = con.execute(
-                        "SELECT files, summaries FROM traces WHERE file_id = ? AND status = 'ok'", [row["file_id"]]
-                    ).fetchall()
-                    if kept:  # the same content is registered: a copy of the file, or a concurrent ingest
-                        keep = set(trace_files(*kept[0]))
+                    if row["file_id"] in kept:  # the same content is registered: a copy of the file, or a concurrent ingest
+                        keep = set(trace_files(*kept[row["file_id"]]))
                         redundant += [key for key in trace_files(row.get("files"), row.get("summaries"))
                                       if key not in keep]
                         continue
+                    kept[row["file_id"]] = (row.get("files"), row.get("summaries"))
+                new.append(row)
+            if new:
                 # A file that failed before and ingests (or fails) now replaces its old row.
-                con.execute("DELETE FROM traces WHERE source_path = ? AND status = 'failed'", [row["source_path"]])
-                con.execute(f"INSERT INTO traces ({', '.join(cols)}) VALUES ({placeholders})",
-                            [row.get(c) for c in cols])
+                con.execute("DELETE FROM traces WHERE status = 'failed' AND list_contains(?, source_path)",
+                            [[row["source_path"] for row in new]])
+                placeholders = ", ".join(f"({', '.join('?' for _ in cols)})" for _ in new)
+                con.execute(f"INSERT INTO traces ({', '.join(cols)}) VALUES {placeholders}",
+                            [row.get(c) for row in new for c in cols])
             return redundant
 
         # A copy published under another run/rank/phase than the registered one
