@@ -111,6 +111,11 @@ def _rows(path: Path) -> list[tuple]:
     return sorted((tuple(_norm(v) for v in r) for r in duckdb.sql(f"SELECT * FROM '{path}'").fetchall()), key=repr)
 
 
+def _columns(path: Path) -> list[tuple]:
+    """The file's own columns and types (none from its path)."""
+    return duckdb.sql(f"DESCRIBE SELECT * FROM read_parquet('{path}', hive_partitioning = false)").fetchall()
+
+
 def _ok_traces(wh: Path) -> list[tuple[str, str, int, str, dict[str, Path], str | None]]:
     """(file_id, run, rank, phase, table -> file, distributed_info) of each trace, by source path."""
     db = tracedb.open(wh)
@@ -172,7 +177,7 @@ def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_pat
     defs = load_view_files(resource_dir("queries"))
     traces = _ok_traces(wh)
     assert len(traces) >= 5
-    nonempty = set()
+    nonempty, empty = set(), set()
     with summaries.Summarizer(Warehouse(wh), defs, tmp_path / "spill") as summarizer:
         for rep in range(2):
             group = []
@@ -191,11 +196,12 @@ def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_pat
                 assert views.keys() == expected.keys() == PER_TRACE
                 for view in PER_TRACE:
                     assert views[view].parent == t.out_dir
+                    assert _columns(views[view]) == _columns(expected[view]), (t.file_id, view)
                     rows = _rows(views[view])
                     assert rows == _rows(expected[view]), (t.file_id, view)
-                    if rows:
-                        nonempty.add(view)
+                    (nonempty if rows else empty).add(view)
     assert nonempty == PER_TRACE
+    assert empty  # a trace without rows of a view gets a file of its columns all the same
 
 
 def test_a_trace_whose_summaries_fail_fails_alone_in_its_group(tmp_path: Path):
