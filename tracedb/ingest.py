@@ -49,12 +49,12 @@ from .warehouse import Warehouse
 COMMIT_EVERY_FILES = 64
 COMMIT_EVERY_S = 5.0
 # ...but a commit lists every trace's files in the catalog anew, so it costs
-# more as the warehouse grows (CPU-s: 0.17 at 128 traces, 0.35 at 1,000,
-# 1.45 at 10,000). The next waits at least this many times as long as the
-# last took, so that commits, which compete with the workers for the cores,
-# take at most about 5% of this process's time in a warehouse of any size:
-# 1,000 small traces into one of 10,000 took 62-65 s (106-110 CPU-s), 40-44
-# (68-74 CPU-s) so and with LocalStorage.location's join as text.
+# more as the warehouse grows (CPU-s: 0.16 at 125 traces, 0.26 at 1,000,
+# 1.63 at 10,000; benchmarks/commits.py). The next waits at least this many
+# times as long as the last took, so that commits, which compete with the
+# workers for the cores, take at most about 5% of this process's time in a
+# warehouse of any size: 1,000 small traces into one of 10,000 took 72.6 s
+# (133.7 CPU-s), 56.9 (97.3) so and with LocalStorage.location's join as text.
 COMMIT_SPACING = 20
 # Every file tries the split fast path (parse/pieces.py); the streaming parser
 # takes those it declines. A file ingested alone is parsed on worker threads
