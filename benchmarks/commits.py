@@ -37,8 +37,8 @@ from tracedb.warehouse import Warehouse  # noqa: E402
 
 
 def small_trace(n: int) -> str:
-    """Trace number ``n``: 20 cpu ops, its first at ts ``n`` (so that no two
-    files share a content hash, the warehouse's file_id)."""
+    """Trace number ``n``: 20 cpu ops from ts ``n * 1000`` on (so that no
+    two files share a content hash, the warehouse's file_id)."""
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": n * 1000 + 10 * i,
                "dur": 5, "args": {"External id": i}} for i in range(20)]
     return json.dumps({"distributedInfo": {"rank": n % 1000}, "traceEvents": events})
@@ -64,8 +64,9 @@ def commit_cpu(wh: Path, traces: int) -> float:
     """An empty commit's CPU seconds (median of 3) in a warehouse that must
     hold ``traces`` traces (else RuntimeError: a trace was not ingested)."""
     w = Warehouse(wh)
-    if len(w.known()[0]) != traces:
-        raise RuntimeError(f"{wh}: {len(w.known()[0])} traces registered, not {traces}")
+    registered = len(w.known()[0])
+    if registered != traces:
+        raise RuntimeError(f"{wh}: {registered} traces registered, not {traces}")
     times = []
     for _ in range(3):
         c0 = time.process_time()
