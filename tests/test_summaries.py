@@ -165,10 +165,11 @@ def test_one_summarizer_over_many_traces_gives_each_what_it_gives_alone(wh: Path
 def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_path: Path, monkeypatch,
                                                                rebind_after: int):
     # compute_many (an ingest's small traces, in groups) over every trace of
-    # the warehouse at once, then again (on the next connection, or on the
-    # same one, its tables dropped), against each trace alone on a
+    # the warehouse at once, then again, against each trace alone on a
     # connection of its own: the same rows, view by view, in files of their
-    # own; the linked files go.
+    # own; the linked files go. As a large group (the next on a new
+    # connection, a COPY per trace and view) and as a tiny one (the next on
+    # the same connection, its tables dropped; one COPY a view).
     from tracedb import summaries
     from tracedb.catalog import resource_dir
     from tracedb.views import load_view_files
@@ -252,6 +253,12 @@ def test_small_traces_go_in_groups_that_keep_every_worker_busy_and_a_large_one_a
         ["big.json"], ["small.json.gz"], [f"s{i}.json" for i in range(6)], [f"s{i}.json" for i in range(6, 11)]]
     assert [len(g) for g in summary_groups(small, 1)] == [8, 3]
     assert [len(g) for g in summary_groups(small[:3], 4)] == [1, 1, 1]
+    # tiny ones: more to a group while its JSON is under 8 MiB, up to 64
+    tiny = [tf(f"t{i}.json", 3_500) for i in range(150)]
+    assert [len(g) for g in summary_groups(tiny, 2)] == [64, 64, 22]
+    assert [len(g) for g in summary_groups(tiny[:100], 2)] == [50, 50]
+    assert [len(g) for g in summary_groups([tf(f"m{i}.json", 1 << 20) for i in range(20)], 1)] == [8, 8, 4]
+    assert [len(g) for g in summary_groups([tf(f"h{i}.json", 1 << 19) for i in range(20)], 1)] == [16, 4]
 
 
 def test_a_trace_that_fails_leaves_the_summarizer_to_the_next(wh: Path, tmp_path: Path):
