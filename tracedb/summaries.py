@@ -322,39 +322,42 @@ class Summarizer:
             outs: list[dict[str, Path]] = [{} for _ in traces]
             for v in per_trace(self.defs):
                 _run(con, f"CREATE TABLE {v.name}__all AS SELECT * FROM {v.name}", self.threads)
-                if not large:  # tiny traces: one COPY for all
-                    for t, out, dst in zip(traces, outs, self._write_each(con, v.name, traces, linked), strict=True):
-                        out[v.name] = t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-                        os.replace(dst, out[v.name])
-                    continue
-                for t, out in zip(traces, outs, strict=True):
-                    out[v.name] = dst = t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-                    con.execute(f"COPY (SELECT * FROM {v.name}__all WHERE file_id = {sql_literal(t.file_id)}) "
-                                f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)")
+                written = self._write_each(con, v.name, traces, linked, one_copy=not large)
+                for t, out, dst in zip(traces, outs, written, strict=True):
+                    out[v.name] = t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
+                    os.replace(dst, out[v.name])
             return outs
         finally:
             shutil.rmtree(linked, ignore_errors=True)
             self._clear(rebind=large)
 
     @staticmethod
-    def _write_each(con: duckdb.DuckDBPyConnection, view: str, traces: list[TraceFiles], folder: Path) -> list[Path]:
+    def _write_each(con: duckdb.DuckDBPyConnection, view: str, traces: list[TraceFiles], folder: Path, *,
+                    one_copy: bool) -> list[Path]:
         """Each trace's rows of ``view`` (the table ``<view>__all``) in a
-        Parquet file of its own under ``folder``, in the traces' order. One
-        COPY partitioned by trace writes them all, for a group of tiny traces
-        (a COPY per trace and view was 0.9 ms, 512 of them for 64 such
-        traces: 1,000 into a warehouse of 10,000 in 21.5-22.7 s against
-        24.6-26.1). Larger groups do without it: DuckDB holds a buffer per
-        file it writes (128 rank files of 9.8 MB peaked 30 MiB higher, no
-        faster). A trace without rows gets a copy of an empty file of the
-        same columns. DuckDB writes a partition in one file; were one in
-        several, this raises, and each trace's summaries are computed alone
+        Parquet file of its own under ``folder``, in the traces' order: a
+        COPY per trace, or, with ``one_copy`` (a group of tiny traces), one
+        COPY partitioned by trace for them all (a COPY per trace and view
+        was 0.9 ms, 512 of them for 64 such traces: 1,000 into a warehouse
+        of 10,000 in 21.5-22.7 s against 24.6-26.1). Larger groups do
+        without it: DuckDB holds a buffer per file it writes (128 rank files
+        of 9.8 MB peaked 30 MiB higher, no faster). With one COPY, a trace
+        without rows gets a copy of an empty file of the same columns.
+        DuckDB writes a partition in one file; were one in several, this
+        raises, and each trace's summaries are computed alone
         (ingest._summaries)."""
+        if not one_copy:
+            written = [folder / f"{view}.{i}.parquet" for i in range(1, len(traces) + 1)]
+            for t, dst in zip(traces, written, strict=True):
+                con.execute(f"COPY (SELECT * FROM {view}__all WHERE file_id = {sql_literal(t.file_id)}) "
+                            f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)")
+            return written
         parted = folder / f"{view}.parts"
         ids = ", ".join(sql_literal(t.file_id) for t in traces)
         con.execute(f"COPY (SELECT *, list_position([{ids}], file_id) AS __trace FROM {view}__all) "
                     f"TO {sql_literal(parted)} (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (__trace))")
         empty = folder / f"{view}.empty.parquet"
-        written: list[Path] = []
+        written = []
         for i in range(1, len(traces) + 1):
             got = list((parted / f"__trace={i}").glob("*.parquet"))
             if len(got) > 1:
