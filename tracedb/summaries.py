@@ -58,7 +58,13 @@ REBIND_AFTER_BYTES = 16 << 20
 # peaked at 625 MiB so, at 678 kept, 2% faster), but a group of tiny traces
 # takes next to nothing, and binding the library again was a fifth of its
 # summaries (0.11 of 0.5 CPU-s for 8 traces of 20 events). Such a group's
-# summaries are also written by one COPY a view (_write_each).
+# summaries are also written by one COPY a view (_write_each), and its raw
+# tables are read once, into tables of the connection: the statements' 23
+# scans of its 128 small Parquet files were most of its time (1,000 traces
+# of 21 events on two workers: 28.1 CPU-s against 35.3). A larger group's
+# scans are faster from its files, whose statistics prune lanes (128 rank
+# files of 9.8 MB read into tables: 31.4 CPU-s against 26.6, at a peak of
+# 790 MiB against 626).
 GROUP_REBIND_AFTER_BYTES = 1 << 20
 # Over one trace, file_id has one value: the views run with this stand-in,
 # which DuckDB keeps inline (strings up to 12 bytes), instead of the
@@ -242,7 +248,9 @@ class Summarizer:
         # (file_id, run, rank, phase, distributed_info) of each trace.
         con.execute("CREATE OR REPLACE TABLE traces (file_id VARCHAR, run VARCHAR, rank BIGINT, phase VARCHAR, "
                     "status VARCHAR, distributed_info JSON)")
-        con.executemany("INSERT INTO traces VALUES (?, ?, ?, ?, 'ok', ?)", rows)
+        # One statement: executemany runs one a row (64 rows: 37 ms).
+        con.execute("INSERT INTO traces VALUES " + ", ".join(["(?, ?, ?, ?, 'ok', ?)"] * len(rows)),
+                    [value for row in rows for value in row])
 
     def compute(self, tables: dict[str, Path], out_dir: Path, *, file_id: str, run: str, rank: int, phase: str,
                 distributed_info: str | None) -> dict[str, Path]:
@@ -295,7 +303,7 @@ class Summarizer:
         them): eight such traces take 0.94 CPU-s at once, 1.61 one by one.
         Over several traces the keys are no constants, so a large trace is
         faster alone. The connection closes after a group but a tiny one
-        (GROUP_REBIND_AFTER_BYTES). Raises as
+        (GROUP_REBIND_AFTER_BYTES), whose files are read into tables first. Raises as
         ``compute`` does, for all of them: which trace it was, only each
         alone says."""
         if len({t.file_id for t in traces}) != len(traces):
@@ -315,6 +323,9 @@ class Summarizer:
                     files[table].append(str(dst))
             for table, paths in files.items():
                 con.execute(raw_view_sql(table, paths))
+                if not large:  # read once, not by each of the statements' scans
+                    con.execute(f"CREATE TABLE {table}__raw AS SELECT * FROM {table}")
+                    con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {table}__raw")
             self._traces(con, [(t.file_id, t.run, t.rank, t.phase, t.distributed_info) for t in traces])
             for name in self._tables:
                 _run(con, f"CREATE TABLE {name}__rows AS SELECT * FROM {name}__src", self.threads)
@@ -378,7 +389,7 @@ class Summarizer:
         assert self._con is not None
         if not rebind:
             try:
-                for name in [*(f"{name}__rows" for name in self._tables),
+                for name in [*(f"{name}__rows" for name in self._tables), *(f"{table}__raw" for table in SCHEMAS),
                              *(f"{v.name}__all" for v in per_trace(self.defs))]:
                     self._con.execute(f"DROP TABLE IF EXISTS {name}")
                 return
