@@ -421,6 +421,7 @@ def test_split_ingest_self_times_across_pieces(tmp_path, monkeypatch, in_memory_
     monkeypatch.setattr("tracedb.parse.pieces.PIECE_BYTES", 4 << 10)
     monkeypatch.setattr(ingest, "TraceParser", lambda path: pytest.fail("the fast path declined"))
     monkeypatch.setattr("tracedb.store.FINAL_ROW_GROUP", 100)
+    monkeypatch.setattr("tracedb.store.ONE_ROW_GROUP_EVENTS", 0)  # row groups as a large trace's
     monkeypatch.setattr("tracedb.store.IN_MEMORY_EVENTS", in_memory_events)
     monkeypatch.setattr("tracedb.store.STREAM_WINDOW", stream_window)
     if stream_window > 1:  # the stream fed as pieces finish, in any order, must not stop

@@ -85,12 +85,13 @@ def test_events_hold_each_files_complete_events(runs: Path, warehouse: Path):
             assert part.exists()
 
 
-def test_statistics_prune_by_trace_time_and_lane(runs: Path, warehouse: Path):
+def test_statistics_prune_by_trace_time_and_lane(runs: Path, warehouse: Path, monkeypatch):
     """A published file's row groups give the least and greatest file_id (its
     own), ts_ns and cat, for a reader to skip other traces, other times and
     other kinds of event: a row group holds one lane (schema.EVENT_LANES);
     none for the text every row has (store._NO_STATISTICS), which prunes
-    nothing."""
+    nothing. (The trace is tiny: its row groups made as a large trace's.)"""
+    monkeypatch.setattr("tracedb.store.ONE_ROW_GROUP_EVENTS", 0)
     db = tracedb.open(warehouse)
     db.ingest([runs / "v1"], jobs=1)
     file_id, files = db.connect().execute("SELECT file_id, files FROM traces WHERE rank = 0").fetchone()
@@ -110,6 +111,24 @@ def test_statistics_prune_by_trace_time_and_lane(runs: Path, warehouse: Path):
         (1, 1_010_000, 1_010_000, ("cuda_runtime", "cuda_runtime")),
         (2, 1_050_000, 1_700_000, ("kernel", "kernel")),  # gemm, relu
     ]
+
+
+def test_a_tiny_traces_lanes_share_one_row_group(runs: Path, warehouse: Path):
+    """A trace of fewer than store.ONE_ROW_GROUP_EVENTS events is one row
+    group (the writer's cost is per row group, not per row), its rows lane
+    after lane as in the test above: 4 + 1 + 1 + 2."""
+    db = tracedb.open(warehouse)
+    db.ingest([runs / "v1"], jobs=1)
+    files = db.connect().execute("SELECT files FROM traces WHERE rank = 0").fetchone()[0]
+    f = pq.ParquetFile(warehouse / json.loads(files)["events"])
+    assert f.metadata.num_row_groups == 1
+    stats = f.metadata.row_group(0)
+    ts = next(stats.column(i).statistics for i in range(stats.num_columns)
+              if stats.column(i).path_in_schema == "ts_ns")
+    assert (stats.num_rows, ts.min, ts.max) == (8, 900_000, 1_700_000)
+    cats = f.read(columns=["cat"]).column("cat").to_pylist()
+    assert cats[4:] == ["cpu_op", "cuda_runtime", "kernel", "kernel"]
+    assert not {"cpu_op", "cuda_runtime", "kernel"} & set(cats[:4])
 
 
 def test_values_are_exact(runs: Path, warehouse: Path):

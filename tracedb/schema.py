@@ -62,8 +62,9 @@ EVENT_SCHEMA = pa.schema(EVENT_FIELDS)
 # The events' lanes, by category: each row group of a published events file
 # holds rows of one lane (store.py), so that a scan of the CPU ops, the
 # runtime calls or the GPU's work skips the row groups of the others (a
-# 1 GiB trace's summaries: a quarter less CPU). Lane 0 is every category not
-# listed. The C reader (parse/_fastparse.c) lists the same.
+# 1 GiB trace's summaries: a quarter less CPU); a trace of fewer than
+# store.ONE_ROW_GROUP_EVENTS events has its lanes, in order, in one row group.
+# Lane 0 is every category not listed. The C reader (parse/_fastparse.c) lists the same.
 EVENT_LANES: dict[str, int] = {
     "cpu_op": 1,
     "cuda_runtime": 2, "cuda_driver": 2,
