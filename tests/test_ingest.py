@@ -85,13 +85,17 @@ def test_events_hold_each_files_complete_events(runs: Path, warehouse: Path):
             assert part.exists()
 
 
-def test_statistics_prune_by_trace_time_and_lane(runs: Path, warehouse: Path, monkeypatch):
+@pytest.mark.parametrize("setting", [("ONE_ROW_GROUP_EVENTS", 0), ("FINAL_ROW_GROUP_BYTES", 1)],
+                         ids=["as a large trace's", "a tiny trace's past the bytes of one row group"])
+def test_statistics_prune_by_trace_time_and_lane(runs: Path, warehouse: Path, monkeypatch, setting):
     """A published file's row groups give the least and greatest file_id (its
     own), ts_ns and cat, for a reader to skip other traces, other times and
     other kinds of event: a row group holds one lane (schema.EVENT_LANES);
     none for the text every row has (store._NO_STATISTICS), which prunes
-    nothing. (The trace is tiny: its row groups made as a large trace's.)"""
-    monkeypatch.setattr("tracedb.store.ONE_ROW_GROUP_EVENTS", 0)
+    nothing. The trace is tiny, so its row groups are made as a large
+    trace's, or its rows made larger than a row group may hold (then a tiny
+    trace's lanes are not joined into one)."""
+    monkeypatch.setattr(f"tracedb.store.{setting[0]}", setting[1])
     db = tracedb.open(warehouse)
     db.ingest([runs / "v1"], jobs=1)
     file_id, files = db.connect().execute("SELECT file_id, files FROM traces WHERE rank = 0").fetchone()

@@ -82,9 +82,10 @@ IN_MEMORY_EVENTS = 5_000_000
 # After finalizing a trace of at least this many events, the memory freed is
 # given back (give_back_freed).
 GIVE_BACK_AFTER_EVENTS = 10_000
-# A trace of fewer events has its lanes in one row group of each final file:
-# a row group costs the writer ~0.8 ms whatever its rows (29 columns), and
-# a lane of such a trace is too small for skipping it to matter.
+# A trace of fewer events has its lanes in one row group of each final file
+# (while under FINAL_ROW_GROUP_BYTES: _joined): a row group costs the writer
+# ~0.8 ms whatever its rows (29 columns), and a lane of such a trace is too
+# small for skipping it to matter.
 ONE_ROW_GROUP_EVENTS = 10_000
 STREAM_WINDOW = 1 << 14
 STREAM_HELD_BYTES = 64 << 20
@@ -677,6 +678,22 @@ def _ahead(items: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield item
 
 
+def _joined(tables: Iterator[pa.Table], max_bytes: int) -> Iterator[pa.Table]:
+    """The tables as one, or, once they pass ``max_bytes`` together (a
+    few events with long args), as they come: memory stays bounded."""
+    kept: list[pa.Table] = []
+    nbytes = 0
+    for table in tables:
+        kept.append(table)
+        nbytes += table.nbytes
+        if nbytes > max_bytes:
+            yield from kept
+            yield from tables
+            return
+    if kept:
+        yield pa.concat_tables(kept)
+
+
 def _row_groups(batches: Iterator[tuple[int, pa.RecordBatch]], size: int,
                 max_bytes: int) -> Iterator[tuple[int, pa.Table]]:
     """The batches, which come lane after lane, as tables of ``size`` rows,
@@ -963,13 +980,8 @@ class TraceWriter:
         with pq.ParquetWriter(dst, schema, compression="zstd", **_encodings(schema)) as w:
             groups = _row_groups(self._in_lanes(table, sources), FINAL_ROW_GROUP, FINAL_ROW_GROUP_BYTES)
             made = (_final_rows(rows, schema, self.file_id, shift_ns, children[lane]) for lane, rows in groups)
-            if events < ONE_ROW_GROUP_EVENTS:
-                lanes = list(made)
-                if lanes:
-                    w.write_table(pa.concat_tables(lanes))
-            else:
-                for rows in _ahead(made):
-                    w.write_table(rows, row_group_size=FINAL_ROW_GROUP)
+            for rows in (_joined(made, FINAL_ROW_GROUP_BYTES) if events < ONE_ROW_GROUP_EVENTS else _ahead(made)):
+                w.write_table(rows, row_group_size=FINAL_ROW_GROUP)
         self.final[table] = dst
         # Read for the last time: deleted now, not with the staging folder
         # after the summaries, so that the kernel drops their pages instead
