@@ -5,9 +5,10 @@
 Ingests TRACE (a file, or a folder) into a new warehouse in a temp folder,
 in this process as `tracedb ingest` would, while a thread samples the CPU
 time of the process tree (its threads, and its child processes: the first
-commit's, --jobs workers) every interval from /proc (Linux). The steps of
-a trace (parse, finalize, summaries) and the commits of traces are marked
-as they start and end; "start" is this process's imports and set-up,
+commit's, --jobs workers) every interval from /proc (Linux), and again as
+each step starts and ends. The steps of a trace (parse, finalize,
+summaries) and the commits of traces are marked so, however short;
+"start" is this process's imports and set-up,
 "other" the rest. A new warehouse's first commit runs beside the parse (in
 a process or on a thread) and counts in the step it overlaps.
 
@@ -67,27 +68,37 @@ def tree_cpu(pid: int) -> float:
     return ticks / _HZ
 
 
-class Marks:
-    """The step under way (the innermost of those begun and not ended)."""
+class Timeline:
+    """The CPU seconds of the process tree, taken every interval (a thread)
+    and as each marked step starts and ends, so that a step shorter than
+    the interval shows too; each sample is charged to the step under way
+    (the innermost of those begun and not ended)."""
 
     def __init__(self) -> None:
         self.stack: list[str] = ["start"]
+        self.samples: list[tuple[float, float, str]] = []  # (end, CPU seconds since the sample before, step)
+        self._last = 0.0  # what this process used before (interpreter, imports) is the first sample's
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        with self._lock:
+            cpu = tree_cpu(os.getpid())
+            self.samples.append((time.perf_counter() - T0, cpu - self._last, self.stack[-1]))
+            self._last = cpu
 
     def wrap(self, owner: object, attr: str, step: str) -> None:
         fn = getattr(owner, attr)
 
         def marked(*args, **kwargs):
+            self.take()
             self.stack.append(step)
             try:
                 return fn(*args, **kwargs)
             finally:
+                self.take()
                 self.stack.pop()
 
         setattr(owner, attr, marked)
-
-    @property
-    def now(self) -> str:
-        return self.stack[-1]
 
 
 def main() -> None:
@@ -97,33 +108,29 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.25, help="seconds between samples (default 0.25)")
     ap.add_argument("--verbose", action="store_true", help="print each interval on stderr")
     args = ap.parse_args()
-    marks = Marks()
-    marks.wrap(ingest, "_stage_while_hashing", "parse")
-    marks.wrap(store.TraceWriter, "finalize", "finalize")
-    marks.wrap(summaries.Summarizer, "compute", "summaries")
-    marks.wrap(warehouse.Warehouse, "register", "commit")
-    samples: list[tuple[float, float, str]] = []  # (end, CPU seconds in the interval, step)
+    timeline = Timeline()
+    timeline.wrap(ingest, "_stage_while_hashing", "parse")
+    timeline.wrap(store.TraceWriter, "finalize", "finalize")
+    timeline.wrap(summaries.Summarizer, "compute", "summaries")
+    timeline.wrap(warehouse.Warehouse, "register", "commit")
     done = threading.Event()
 
     def sample() -> None:
-        last = tree_cpu(os.getpid())
-        # What this process used before the sampler started (interpreter, imports).
-        samples.append((time.perf_counter() - T0, last, "start"))
         while not done.wait(args.interval):
-            cpu = tree_cpu(os.getpid())
-            samples.append((time.perf_counter() - T0, cpu - last, marks.now))
-            last = cpu
+            timeline.take()
 
+    timeline.take()  # "start"
+    timeline.stack[0] = "other"
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     with tempfile.TemporaryDirectory(prefix="tracedb-timeline-") as tmp:
-        marks.stack[0] = "other"
         report = api.open(Path(tmp) / "wh").ingest([args.trace])
         done.set()
         sampler.join()
+    timeline.take()
     at = 0.0
     steps: dict[str, list[float]] = {}
-    for end, cpu, step in samples:
+    for end, cpu, step in timeline.samples:
         wall = end - at
         at = end
         s = steps.setdefault(step, [0.0, 0.0])
