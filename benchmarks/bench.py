@@ -36,16 +36,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from workloads import DEFAULT_SOURCE, Source, tiles_for_bytes, tiles_for_events, write_tiled  # noqa: E402
+from workloads import (DEFAULT_SOURCE, TINY_TRACE_EVENTS, Source, tiles_for_bytes, tiles_for_events,  # noqa: E402
+                       write_tiled, write_tiny_traces)
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 MARTS = ("hotspots", "comm_latency", "overlap", "regressions")
 
 SIZES = {
-    # name: big file bytes, 4x file bytes, rank files, their total events, small rank files (one tile each)
-    "smoke": dict(big=10 << 20, huge=40 << 20, ranks=4, rank_events=160_000, small=4, repeats=1),
-    "quick": dict(big=64 << 20, huge=256 << 20, ranks=8, rank_events=2_000_000, small=16, repeats=1),
-    "full": dict(big=1 << 30, huge=4 << 30, ranks=128, rank_events=100_000_000, small=64, repeats=3),
+    # name: big file bytes, 4x file bytes, rank files, their total events, small rank files (one tile each),
+    # tiny traces (20 events each)
+    "smoke": dict(big=10 << 20, huge=40 << 20, ranks=4, rank_events=160_000, small=4, tiny=8, repeats=1),
+    "quick": dict(big=64 << 20, huge=256 << 20, ranks=8, rank_events=2_000_000, small=16, tiny=200, repeats=1),
+    "full": dict(big=1 << 30, huge=4 << 30, ranks=128, rank_events=100_000_000, small=64, tiny=1000, repeats=3),
 }
 
 
@@ -155,7 +157,7 @@ class Bench:
         """Room for the workloads that run (``only``; None: all)."""
         s = self.size
         need = {"single": 1.4 * (s["big"] + s["huge"]) + 0.3 * s["big"], "ranks": 300 * s["rank_events"] * 1.3,
-                "small": 12e6 * s["small"]}
+                "small": 12e6 * s["small"], "tiny": 1e5 * s["tiny"]}
         need = sum(v for k, v in need.items() if not only or k in only)
         free = shutil.disk_usage(self.work).free
         self.log(f"workdir {self.work}: {free / 1e9:.1f} GB free, about {need / 1e9:.1f} GB needed")
@@ -250,6 +252,19 @@ class Bench:
             events += ev
         label = f"{n} rank files of {nbytes / n / 1e6:.0f} MB (default --jobs)"
         self.bench_ingest(label, root, nbytes, events, nbytes, False, self.repeats)
+        if not self.args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    # a thousand-rank job's tiny traces ---------------------------------------
+
+    def bench_tiny(self) -> None:
+        """Traces of 20 events, one a rank (a ForwardTimer's spans, a test's
+        trace): all they cost is what a trace costs besides its events."""
+        n = self.size["tiny"]
+        root = self.work / "tiny"
+        nbytes = write_tiny_traces(root / "v1", 0, n)
+        self.bench_ingest(f"{n} traces of {TINY_TRACE_EVENTS} events (default --jobs)", root, nbytes,
+                          n * TINY_TRACE_EVENTS, nbytes, False, self.repeats)
         if not self.args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -382,6 +397,8 @@ class Bench:
             huge.unlink()
         if not only or "small" in only:
             self.bench_small()
+        if not only or "tiny" in only:
+            self.bench_tiny()
         if not only or "ranks" in only:
             root, nbytes, events = self.rank_files()
             self.bench_scaling(root, events)
@@ -481,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"trace to tile, relative to ../shared/corpus (default: {DEFAULT_SOURCE})")
     ap.add_argument("--repeats", type=int, help="runs per single-trace workload (median; default 3, quick 1)")
     ap.add_argument("--query-repeats", type=int, default=3, help="warm runs per query (median)")
-    ap.add_argument("--only", help="comma list: single, small, ranks")
+    ap.add_argument("--only", help="comma list: single, small, tiny, ranks")
     ap.add_argument("--marts", default=",".join(MARTS), help=f"marts to time (default: {','.join(MARTS)})")
     ap.add_argument("--keep", action="store_true", help="keep what the run made in the workdir")
     ap.add_argument("--reuse", action="store_true", help="reuse rank files an earlier --keep run left")
@@ -496,7 +513,7 @@ def main(argv: list[str] | None = None) -> None:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         elif args.workdir and not args.keep:
-            for sub in ("single", "small", "ranks", "subset", "wh-single", "wh-scaling", "wh-ranks"):
+            for sub in ("single", "small", "tiny", "ranks", "subset", "wh-single", "wh-scaling", "wh-ranks"):
                 shutil.rmtree(Path(args.workdir) / sub, ignore_errors=True)
     print(table(results))
     if args.json:

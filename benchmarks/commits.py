@@ -18,7 +18,6 @@ about 7 minutes to make on two cores.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import shutil
 import statistics
@@ -33,21 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import run_measured, tracedb_cmd  # noqa: E402
+from workloads import write_tiny_traces  # noqa: E402
 from tracedb.warehouse import Warehouse  # noqa: E402
-
-
-def small_trace(n: int) -> str:
-    """Trace number ``n``: 20 cpu ops from ts ``n * 1000`` on (so that no
-    two files share a content hash, the warehouse's file_id)."""
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": n * 1000 + 10 * i,
-               "dur": 5, "args": {"External id": i}} for i in range(20)]
-    return json.dumps({"distributedInfo": {"rank": n % 1000}, "traceEvents": events})
-
-
-def write_traces(folder: Path, first: int, count: int) -> None:
-    folder.mkdir(parents=True)
-    for n in range(first, first + count):
-        (folder / f"rank-{n % 1000}.json").write_text(small_trace(n))
 
 
 def ingest(wh: Path, folder: Path, run: str) -> dict:
@@ -94,13 +80,13 @@ def main(argv: list[str] | None = None) -> None:
             for first in range(have, target, 1000):
                 count = min(1000, target - first)
                 folder = work / "traces" / f"r{first}"
-                write_traces(folder, first, count)
+                write_tiny_traces(folder, first, count)
                 ingest(wh, folder, f"r{first}")
                 shutil.rmtree(folder)
             have, step = target, step + 1
             print(f"| {have:,} | {commit_cpu(wh, have):.3f} |", flush=True)
         folder = work / "traces" / "added"
-        write_traces(folder, args.traces, args.add)
+        write_tiny_traces(folder, args.traces, args.add)
         c0 = children_cpu()
         r = ingest(wh, folder, "added")
         print(f"\n{args.add:,} more traces into {args.traces:,}: {r['seconds']:.1f} s, "

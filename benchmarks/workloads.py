@@ -17,6 +17,7 @@ Everything streams: the output is written tile by tile, never held whole.
 from __future__ import annotations
 
 import gzip
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +132,27 @@ def tiles_for_bytes(src: Source, target_bytes: int) -> int:
 
 def tiles_for_events(src: Source, target_events: int) -> int:
     return max(1, round(target_events / len(src.body_events)))
+
+
+def tiny_trace(n: int) -> str:
+    """Trace number ``n`` of a thousand-rank job's tiny ones (a ForwardTimer's
+    spans, a test's trace): 20 cpu ops from ts ``n * 1000`` on (so that no
+    two files share a content hash, the warehouse's file_id)."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": n * 1000 + 10 * i,
+               "dur": 5, "args": {"External id": i}} for i in range(20)]
+    return json.dumps({"distributedInfo": {"rank": n % 1000}, "traceEvents": events})
+
+
+TINY_TRACE_EVENTS = 20
+
+
+def write_tiny_traces(folder: Path, first: int, count: int) -> int:
+    """Traces ``first`` ... ``first + count - 1`` as ``folder/rank-<n % 1000>.json``
+    (a new folder); returns their bytes."""
+    folder.mkdir(parents=True)
+    nbytes = 0
+    for n in range(first, first + count):
+        text = tiny_trace(n)
+        (folder / f"rank-{n % 1000}.json").write_text(text)
+        nbytes += len(text)
+    return nbytes

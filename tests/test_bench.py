@@ -41,8 +41,12 @@ def test_smoke_run_prints_and_writes_every_figure(tmp_path):
     small = sorted((tmp_path / "work" / "small").rglob("*.json"))
     assert len(small) == 4 and sum(len(trace_events(f)) for f in small) == 4 * one_tile
 
+    tiny = sorted((tmp_path / "work" / "tiny").rglob("*.json"))
+    assert len(tiny) == 8 and sum(len(trace_events(f)) for f in tiny) == 8 * 20
+
     ingest = {e["workload"]: e for e in results["ingest"]}
-    assert [e.get("error") for e in ingest.values()] == [None] * 5  # every warehouse held every event
+    assert [e.get("error") for e in ingest.values()] == [None] * 6  # every warehouse held every event
+    assert ingest["8 traces of 20 events (default --jobs)"]["events"] == 8 * 20
     assert ingest["4 rank files (default --jobs)"]["events"] == events
     assert ingest["4 rank files of 10 MB (default --jobs)"]["events"] == 4 * one_tile
     assert results["warehouse"]["events"] == events
