@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import xxhash
 from hypothesis import HealthCheck, given, settings
@@ -308,9 +309,12 @@ def test_pieces_with_long_integers_on_threads(tmp_path, monkeypatch):
     assert set(rows.column("args").to_pylist()) == {'{"big":%s}' % big}
 
 
-def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sort_bytes", [4 << 20, -1], ids=["reference sorted in memory", "reference sorted by DuckDB"])
+def test_ingest_parallel_same_rows(tmp_path, monkeypatch, sort_bytes):
     """A large file on 2 parse threads: the same rows as the
-    streaming parser gives, counted against json.load."""
+    streaming parser gives, counted against json.load; the reference's
+    staged rows put in order by Arrow or by DuckDB (store._sorted), its
+    events file lane after lane, each in event_id order."""
     import tracedb.ingest as ingest
 
     evs = _events(3000)
@@ -338,6 +342,8 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
             raise NotSplittable("the reference")
 
     monkeypatch.setattr(ingest, "SplitParser", Declining)
+    monkeypatch.setattr("tracedb.store.SORT_IN_MEMORY_BYTES", sort_bytes)
+    monkeypatch.setattr("tracedb.store.SORTED_BATCH_ROWS", 500)  # lanes kept in order across batches
     ref = tracedb.TraceDB(tmp_path / "wh-ref")
     ref.ingest([tmp_path / "runs"], jobs=1)
     q = ("SELECT * EXCLUDE (file_id) FROM {} ORDER BY event_id{}")
@@ -345,6 +351,12 @@ def test_ingest_parallel_same_rows(tmp_path, monkeypatch):
         a = fast.sql(q.format(table, extra)).fetchall()
         b = ref.sql(q.format(table, extra)).fetchall()
         assert a == b, table
+    (path,) = (tmp_path / "wh-ref" / "events").rglob("*.parquet")
+    rows = pq.read_table(path, columns=["event_id", "cat"]).to_pylist()
+    lane = {"cpu_op": 1, "cuda_runtime": 2, "cuda_driver": 2, "kernel": 3, "gpu_memcpy": 3, "gpu_memset": 3,
+            "gpu_user_annotation": 3}
+    keys = [(lane.get(r["cat"], 0), r["event_id"]) for r in rows]
+    assert keys == sorted(keys) and len({k for k, _ in keys}) > 1
     n_events = sum(1 for e in evs if isinstance(e, dict) and e["ph"] not in "stfC")
     assert fast.sql("SELECT count(*) FROM events").fetchall()[0][0] == n_events
 
