@@ -18,6 +18,7 @@ import tracedb  # noqa: E402
 from conftest import load_json  # noqa: E402
 from oracle import expected_counts  # noqa: E402
 from tracedb.capture import _free_port, inference_sweep  # noqa: E402
+from tracedb.parse.pieces import SplitParser  # noqa: E402
 from tracedb.torch import ForwardTimer, trace_handler  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -139,6 +140,8 @@ def test_forward_spans_ingest_as_latency(tmp_path: Path):
     assert path == tmp_path / "runs" / "bs4" / "inference" / "rank0.forward.json.gz"
     spans = load_json(path)["traceEvents"]
     assert len(spans) == stats["count"] == 25
+    # written so that ingest's C reader takes it in pieces, not the streaming parser
+    assert sum(piece.count for piece in SplitParser(path).pieces()) == 25
     assert {(e["ph"], e["cat"], e["name"], e["args"]["clock"]) for e in spans} == {("X", "latency", "forward", "wall")}
     kineto = load_json(tmp_path / "runs" / "bs4" / "inference" / "rank0.pt.trace.json.gz")["traceEvents"]
     assert sum(e.get("name") == "forward" and e.get("cat") == "user_annotation" for e in kineto) == 4
