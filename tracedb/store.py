@@ -50,7 +50,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .errors import UploadError, WarehouseError
-from .schema import EVENT_LANES, N_EVENT_LANES, SCHEMAS, by_lane, event_lanes
+from .schema import EVENT_LANES, N_EVENT_LANES, SCHEMAS, by_lane
 from .sqltext import sql_list, sql_literal
 from .warehouse import TABLES
 
@@ -1068,13 +1068,9 @@ class TraceWriter:
         events lane after lane. Up to SORT_IN_MEMORY_BYTES of them sorted
         by Arrow in memory, more by DuckDB's external sort."""
         if sum(p.stat().st_size for p in sources) <= SORT_IN_MEMORY_BYTES:
-            rows = pa.concat_tables([pq.read_table(p) for p in sources])
-            if table != "events":
-                yield from rows.sort_by("event_id").to_batches(SORTED_BATCH_ROWS)
-                return
-            rows = rows.append_column("__lane", pa.array(event_lanes(rows.column("cat")), pa.int8()))
-            yield from rows.sort_by([("__lane", "ascending"), ("event_id", "ascending")]).drop_columns(
-                ["__lane"]).to_batches(SORTED_BATCH_ROWS)
+            rows = _in_id_order(pa.concat_tables([pq.read_table(p) for p in sources]))
+            for _, lane in by_lane(rows) if table == "events" else [(0, rows)]:
+                yield from lane.to_batches(SORTED_BATCH_ROWS)
             return
         lanes = ""
         if table == "events":
