@@ -226,14 +226,16 @@ def test_lone_surrogate_escapes(tmp_path: Path):
     assert [r["name"] for r in rows] == ["a\ufffdb\ufffd\ufffdc", "🚀 \\ud800"]
 
 
-def test_lone_surrogate_escapes_in_top_level_keys(tmp_path: Path, warehouse: Path):
+@pytest.mark.parametrize("gap", [b"", b"\n  "])  # on one line; an event a block, as Kineto writes
+def test_lone_surrogate_escapes_in_top_level_keys(tmp_path: Path, warehouse: Path, gap: bytes):
     """Before and after the events (a lone low surrogate also stops yajl in
     the head): U+FFFD in the catalog, a warning, and the next file ingests."""
     runs = tmp_path / "runs" / "r"
     write_trace(runs / "good.json", [ev(1)])
     (runs / "odd.json").write_bytes(
         b'{"deviceProperties": [{"name": "gpu \\udc00"}, {"name": "\\udc00\\ud800x"}],'
-        b' "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}],'
+        b' "traceEvents": [' + gap + b'{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2' + gap + b'}'
+        + gap + b'],'
         b' "traceName": "t\\ud800"}')
     db = tracedb.open(warehouse)
     report = db.ingest([tmp_path / "runs"])

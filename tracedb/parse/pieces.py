@@ -415,6 +415,10 @@ class SplitParser:
         drop_bad_span(self.meta)
         if self.splitter.form == "object":
             self._parser._read_head()
+            if getattr(self._parser, "_has_events_key", False) is not True:
+                # yajl stopped in the head (a lone low surrogate escape): the
+                # whole-file read's tolerant reader reads its keys
+                raise NotSplittable("the top-level keys before the events are not strict JSON")
             read_tail_keys(self.splitter.tail, self._parser)
         value_warnings(self.meta, self._surrogates, self._out_of_range)
 
