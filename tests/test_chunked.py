@@ -64,6 +64,7 @@ def _assert_same(path: Path, piece_bytes: int) -> SplitParser:
     "hta/trace_diff/control/control.json.gz",  # integer epoch µs
     "deepseek/train.json",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # fractional epoch µs
+    "hta/trace_filter/sampled_rank-1.json.gz",  # on one line
 ])
 def test_corpus_same_as_streaming(rel):
     _assert_same(corpus_file(rel), piece_bytes=256 << 10)
@@ -248,12 +249,14 @@ def piece_bytes_for(events: list[dict], least: int) -> int:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(_random_event, min_size=1, max_size=30))
-def test_random_events_same_as_streaming(tmp_path, events):
+@given(events=st.lists(_random_event, min_size=1, max_size=30), one_line=st.booleans(), ascii=st.booleans())
+def test_random_events_same_as_streaming(tmp_path, events, one_line, ascii):
     """Any values in any of the keys the columns read (pieces of one or two
-    events; no B/E pairs, only valid JSON): every file is read in pieces,
-    and gives the rows the whole-file read gives."""
-    path = _write(tmp_path / "t.json", _kineto_text(events))
+    events; no B/E pairs, only valid JSON), laid out as Kineto does or on
+    one line (json.dumps, its strings escaped to ASCII or not): every file
+    is read in pieces, and gives the rows the whole-file read gives."""
+    text = json.dumps({"traceEvents": events}, ensure_ascii=ascii) if one_line else _kineto_text(events)
+    path = _write(tmp_path / "t.json", text)
     _assert_same(path, piece_bytes=piece_bytes_for(events, 128))
 
 
@@ -271,7 +274,59 @@ def test_items_that_are_not_events_take_the_streaming_path(tmp_path):
         list(SplitParser(path, piece_bytes=1024).batches())
 
 
-def test_compact_json_takes_the_streaming_path(tmp_path):
+# Events whose strings hold what the walk between events must not take for
+# a cut: commas, braces and brackets, escaped quotes and backslashes, a run
+# of backslashes before a quote at every offset of a 16-byte block.
+_TRICKY = [{"ph": "i", "name": 'a "},{" b ], [' + "\\" * k + '"' + "x" * k, "pid": 1, "tid": 7, "ts": 5 + k,
+            "s": "g", "args": {"k": "\\" * (k % 3) + "}", "l": [[{}], "]"]}} for k in range(20)]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_one_line_json_read_in_pieces(tmp_path, gz):
+    """A trace as json.dumps writes it, all on one line, with keys before
+    and after the events: cut in pieces between events (nothing inside a
+    string or an args object is a cut), the same rows and meta as the
+    whole-file read, every event of json.load's count in a piece."""
+    evs = _events(100) + _TRICKY
+    text = json.dumps({"schemaVersion": 1, "traceEvents": evs, "distributedInfo": {"rank": 3},
+                       "baseTimeNanoseconds": 1_700_000_000_000_000_000})
+    assert "\n" not in text
+    path = _write(tmp_path / ("t.json.gz" if gz else "t.json"), text, gz)
+    cut = list(SplitParser(path, piece_bytes=1024).pieces())
+    assert len(cut) > 10
+    assert sum(p.count for p in cut) == len(json.loads(text)["traceEvents"]) == 423
+    assert [p.base for p in cut] == [sum(q.count for q in cut[:i]) for i in range(len(cut))]
+    fast = _assert_same(path, piece_bytes=1024)
+    assert fast.meta.base_time_ns == 1_700_000_000_000_000_000
+    assert fast.meta.distributed_info == {"rank": 3}
+
+
+def test_one_line_cuts_fall_between_events():
+    """_fastparse.cut over every prefix of a one-line event array: it ends
+    just past the last comma between events that the prefix holds, with the
+    events before it; over the whole array and its "]", every event. The
+    expected cuts are where the events were joined (json.dumps of each),
+    not found by a walk. Each prefix moves the bytes against the reader's
+    16-byte blocks, so an escape at the end of a block is tried."""
+    texts = [json.dumps(e) for e in _events(3) + _TRICKY]
+    body = ", ".join(texts)
+    ends = []  # just past each comma between events
+    at = 0
+    for t in texts[:-1]:
+        at += len(t) + 1
+        ends.append(at)
+        at += 1
+    data = body.encode()
+    for n in range(len(data)):
+        done = [e for e in ends if e <= n]
+        assert pieces._fastparse.cut(data[:n]) == ((done[-1], len(done), False) if done else (0, 0, False)), n
+    assert pieces._fastparse.cut(data + b" ]}") == (len(data) + 1, len(texts), True)
+    with pytest.raises(ValueError):
+        pieces._fastparse.cut(b'{"a": 1}}, {"b": 2}')
+
+
+def test_one_line_json_without_the_c_reader_takes_the_streaming_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(pieces, "_fastparse", None)
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": _events(10)}))
     with pytest.raises(NotSplittable):

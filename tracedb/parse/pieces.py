@@ -1,11 +1,14 @@
-"""Large pretty-printed traces in pieces: split the event array, parse each
-piece on its own (on worker threads when there are cores to spare).
+"""Large traces in pieces: split the event array, parse each piece on its
+own (on worker threads when there are cores to spare).
 
 Kineto pretty-prints one event per block that starts with a newline, a fixed
 indent and ``{`` (``\\n  {``). JSON strings cannot hold a raw newline, so
 that sequence is never inside a string; a piece of the event array cut just
 before it is a run of whole events. A cut at the wrong depth makes the piece
-invalid JSON and is caught.
+invalid JSON and is caught. A trace written on one line (``json.dumps``: no
+newline before its first event) is cut after a comma between events, found
+by the C reader's walk over the block's strings and nesting
+(``_fastparse.cut``); without the C reader it is read whole.
 
 Each piece goes to the C reader (_fastparse.c) first. A piece it declines
 (see ``decline_reason``; benchmarks/declines.py counts them on real traces)
@@ -14,8 +17,8 @@ exactly (ijson, numbers with a fraction as Decimals) and turned into rows by
 the same row rule as a whole file's. What only a whole-file read can do
 raises :class:`NotSplittable`, and the caller reads the file with
 reader.TraceParser: ``B``/``E`` pairs (they may span pieces), input that is
-not strict JSON (the tolerant reader), a file not laid out one event per
-block.
+not strict JSON (the tolerant reader), a file whose events are neither one
+per block nor on one line.
 
 This module knows nothing of DuckDB, Parquet or click.
 """
@@ -157,6 +160,9 @@ class Splitter:
             if rewind:
                 f.seek(-len(carry), io.SEEK_CUR)
                 carry = b""
+            if sep is None:
+                yield from self._one_line_pieces(f, carry, rewind)
+                return
             number = base = 0
             while True:
                 block = _read(f, self.piece_bytes)
@@ -190,7 +196,44 @@ class Splitter:
             if data.strip():
                 yield Piece(number, data, base, count_events(data, sep) + 1)
 
-    def _find_start(self, f, buf: bytes) -> tuple[int, bytes]:
+    def _one_line_pieces(self, f, carry: bytes, rewind: bool) -> Iterator[Piece]:
+        """The pieces of an event array on one line (``json.dumps``' layout):
+        each block cut after the last comma between its events, which the C
+        reader's walk over strings and nesting finds (``_fastparse.cut``);
+        the block that holds the array's ``]`` ends the pieces, and what
+        follows it is the tail. A brace that closes nothing is not JSON."""
+        number = base = 0
+        while True:
+            block = _read(f, self.piece_bytes)
+            data = b"".join((carry, block)) if carry else block
+            try:
+                end, count, closed = _fastparse.cut(data)
+            except ValueError as e:
+                raise NotSplittable(f"not JSON: {e}") from None
+            if closed:
+                if count:
+                    yield Piece(number, memoryview(data)[:end], base, count)
+                self.tail = data[end:] + _read(f, _HEAD_LIMIT + 1)
+                if len(self.tail) > _HEAD_LIMIT:
+                    raise NotSplittable("more than 64 MiB after the event array")
+                return
+            if not block:
+                raise NotSplittable("cannot find the end of the event array")
+            if not count:
+                carry = data
+                if len(carry) > 8 * self.piece_bytes:
+                    raise NotSplittable("no event boundary in a long stretch")
+                continue
+            yield Piece(number, memoryview(data)[:end], base, count)
+            if rewind:
+                f.seek(end - len(data), io.SEEK_CUR)
+                carry = b""
+            else:
+                carry = data[end:]
+            number += 1
+            base += count
+
+    def _find_start(self, f, buf: bytes) -> tuple[int, bytes | None]:
         while True:
             stripped = buf.lstrip()
             if stripped[:1] == b"[":
@@ -201,9 +244,11 @@ class Splitter:
             if m:
                 ws = m.group(1)
                 nl = ws.rfind(b"\n")
-                if nl < 0:
-                    raise NotSplittable("events are not one per line")
                 self._buf = buf
+                if nl < 0:  # on one line: cut where the C reader's walk finds commas
+                    if _fastparse is None:
+                        raise NotSplittable("events are not one per line")
+                    return m.end() - 1, None
                 return m.end() - 1, b"\n" + ws[nl + 1:] + b"{"
             if len(buf) > _HEAD_LIMIT:
                 raise NotSplittable("no traceEvents array near the start")
