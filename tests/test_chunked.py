@@ -325,6 +325,38 @@ def test_one_line_cuts_fall_between_events():
         pieces._fastparse.cut(b'{"a": 1}}, {"b": 2}')
 
 
+# pytorch#146900's old Kineto output, which yajl rejects: unescaped quotes in
+# a name (8), a bare N/A, a Windows path's invalid escapes (\\U, \\m, \\x).
+_OLD_KINETO = ['"ph": "X", "cat": "python_function", "name": "{"device": "cpu", "dtype": "float32"}(12): run", '
+               '"pid": 1, "tid": 7, "ts": 3000, "dur": 5',
+               '"ph": "C", "name": "bw", "pid": 1, "ts": 3010, "args": {"gbps": N/A}',
+               '"ph": "X", "name": "tab\there", "pid": 1, "tid": 7, "ts": 3020, "dur": 1, '
+               '"args": {"file": "C:\\Users\\me\\x.py"}']
+
+
+def test_old_kineto_pieces_read_by_the_tolerant_reader(tmp_path):
+    """Kineto's layout with events yajl rejects in two of its pieces: those
+    pieces go to the tolerant reader, the rest to the C reader, and the
+    rows, the meta and its one warning (yajl's reason, the repairs counted
+    over both pieces) are the whole-file read's, which reads everything
+    from the first bad event on with the tolerant reader."""
+    good = ["  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in _events(100)]
+    bad = ["  {\n    " + e + "\n  }" for e in _OLD_KINETO]
+    blocks = good[:30] + bad + good[30:300] + bad[:1] + good[300:]
+    path = _write(tmp_path / "t.json", '{\n  "traceEvents": [\n' + ",\n".join(blocks) + '\n  ],\n  "traceName": "old"\n}\n')
+    cut = list(SplitParser(path, piece_bytes=2048).pieces())
+    assert len(cut) > 10
+    fast = _assert_same(path, piece_bytes=2048)
+    assert fast.meta.json_event_count == 403 + 4 and fast.meta.trace_name == "old"
+    (warning,) = fast.meta.warnings
+    assert warning.startswith("yajl rejected the input (lexical error")
+    assert "16 unescaped quote(s)" in warning and "1 bare N/A" in warning and "3 invalid backslash" in warning
+    # On one line, where an unescaped quote can move a cut, the whole-file read takes the file.
+    one_line = _write(tmp_path / "one.json", '{"traceEvents": [' + ", ".join(b.strip() for b in blocks) + "]}")
+    with pytest.raises(NotSplittable):
+        list(SplitParser(one_line, piece_bytes=2048).batches())
+
+
 def test_one_line_json_without_the_c_reader_takes_the_streaming_path(tmp_path, monkeypatch):
     monkeypatch.setattr(pieces, "_fastparse", None)
     path = tmp_path / "t.json"

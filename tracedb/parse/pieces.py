@@ -14,11 +14,14 @@ Each piece goes to the C reader (_fastparse.c) first. A piece it declines
 (see ``decline_reason``; benchmarks/declines.py counts them on real traces)
 goes to the reference reader (reader.py): the piece's events decoded
 exactly (ijson, numbers with a fraction as Decimals) and turned into rows by
-the same row rule as a whole file's. What only a whole-file read can do
-raises :class:`NotSplittable`, and the caller reads the file with
-reader.TraceParser: ``B``/``E`` pairs (they may span pieces), input that is
-not strict JSON (the tolerant reader), a file whose events are neither one
-per block nor on one line.
+the same row rule as a whole file's. A piece cut at newlines that yajl
+rejects (old Kineto's unescaped quotes, bare ``N/A``) is read by the
+tolerant reader (lenient.py), as the whole-file read reads what follows
+yajl's error. What only a whole-file read can do raises
+:class:`NotSplittable`, and the caller reads the file with
+reader.TraceParser: ``B``/``E`` pairs (they may span pieces), a one-line
+piece that is not strict JSON (an unescaped quote can move its cuts), a
+file whose events are neither one per block nor on one line.
 
 This module knows nothing of DuckDB, Parquet or click.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -37,8 +41,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..schema import ARG_COLUMNS, EVENT_LANES, EVENT_SCHEMA, FLOW_SCHEMA, by_lane
-from .reader import (YAJL_ONLY_SPACE, TraceMeta, TraceParser, digits_lifted, drop_bad_span, value_warnings,
-                     yajl_only_space)
+from ..errors import TraceFormatError
+from .lenient import LenientReader
+from .reader import (YAJL_ONLY_SPACE, TraceMeta, TraceParser, digits_lifted, drop_bad_span, lenient_warning,
+                     short_error, value_warnings, yajl_only_space)
 from .source import BOM, READ_ERRORS, open_trace
 
 try:
@@ -77,6 +83,10 @@ class Piece:
     data: bytes | memoryview
     base: int
     count: int
+    # Cut at a newline before an event (Kineto's layout), which no string
+    # holds even in JSON yajl rejects; not a one-line piece, whose cuts
+    # follow quotes that such JSON may leave unescaped.
+    by_line: bool = True
 
 
 @dataclass
@@ -95,6 +105,10 @@ class PieceResult:
     ts_min_ns: int | None = None
     ts_max_ns: int | None = None
     surrogates: int = 0  # strings with lone surrogates (U+FFFD in their place)
+    # When yajl rejected the piece and the tolerant reader read it: why, and
+    # what that reader repaired (lenient.REPAIR_LABELS)
+    lenient: tuple[int, str] | None = None  # (the piece's number, why)
+    repairs: Counter = field(default_factory=Counter)
     out_of_range: int = 0  # values read as NULL (see reader._Columns)
     # The C reader's slices for self time's stream, in event order (None: the
     # stream reads them from the staged part): (threads: [(pid, tid)], each
@@ -212,7 +226,7 @@ class Splitter:
                 raise NotSplittable(f"not JSON: {e}") from None
             if closed:
                 if count:
-                    yield Piece(number, memoryview(data)[:end], base, count)
+                    yield Piece(number, memoryview(data)[:end], base, count, by_line=False)
                 self.tail = data[end:] + _read(f, _HEAD_LIMIT + 1)
                 if len(self.tail) > _HEAD_LIMIT:
                     raise NotSplittable("more than 64 MiB after the event array")
@@ -224,7 +238,7 @@ class Splitter:
                 if len(carry) > 8 * self.piece_bytes:
                     raise NotSplittable("no event boundary in a long stretch")
                 continue
-            yield Piece(number, memoryview(data)[:end], base, count)
+            yield Piece(number, memoryview(data)[:end], base, count, by_line=False)
             if rewind:
                 f.seek(end - len(data), io.SEEK_CUR)
                 carry = b""
@@ -340,9 +354,20 @@ def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceR
     text = b"[" + data + b"]"
     if yajl_only_space(text):  # yajl would take it: the whole-file read says where
         raise NotSplittable(f"piece {piece.number}: {YAJL_ONLY_SPACE}")
+    why = None
     try:
         evs = list(ijson.items(io.BytesIO(text), "item", use_float=False))
-    except (ijson.JSONError, UnicodeDecodeError, RecursionError) as e:
+    except (ijson.JSONError, UnicodeDecodeError) as e:
+        if not piece.by_line:
+            raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
+        # as the whole-file read: the tolerant reader takes what yajl rejects
+        why = f"invalid UTF-8 ({e.reason})" if isinstance(e, UnicodeDecodeError) else short_error(e)
+        reader = LenientReader(io.BytesIO(text), path, _no_meta)
+        try:
+            evs = list(reader.events())
+        except (TraceFormatError, RecursionError) as e:  # the whole-file read says where
+            raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
+    except RecursionError as e:
         raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
     if len(evs) != piece.count:
         raise NotSplittable(f"piece {piece.number}: {len(evs)} events, expected {piece.count}")
@@ -368,7 +393,13 @@ def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceR
                       counter_count=m.counter_count, skipped_count=m.skipped_count,
                       ts_min_ns=m.ts_min_ns, ts_max_ns=m.ts_max_ns)
     res.surrogates, res.out_of_range = p.sanitized()
+    if why is not None:
+        res.lenient, res.repairs = (piece.number, why), reader.repairs
     return res
+
+
+def _no_meta(key: str, value: object) -> None:
+    """A piece's array has no top-level keys."""
 
 
 # -- the C path: _fastparse.c ------------------------------------------------
@@ -444,6 +475,8 @@ class SplitParser:
         self.meta = self._parser.meta
         self.splitter = Splitter(self.path, piece_bytes)
         self._surrogates = self._out_of_range = 0
+        self._lenient: tuple[int, str] | None = None  # the first piece yajl rejected: (number, why)
+        self._repairs: Counter = Counter()
 
     def pieces(self) -> Iterator[Piece]:
         yield from self.splitter.pieces()
@@ -452,6 +485,9 @@ class SplitParser:
         merge_meta(self.meta, res)
         self._surrogates += res.surrogates
         self._out_of_range += res.out_of_range
+        if res.lenient is not None:
+            self._lenient = min(self._lenient or res.lenient, res.lenient)
+            self._repairs += res.repairs
 
     def finish(self) -> None:
         """Top-level keys (head and tail) into ``meta``, and the warnings
@@ -465,6 +501,8 @@ class SplitParser:
                 # whole-file read's tolerant reader reads its keys
                 raise NotSplittable("the top-level keys before the events are not strict JSON")
             read_tail_keys(self.splitter.tail, self._parser)
+        if self._lenient is not None:
+            lenient_warning(self.meta, self._lenient[1], self._repairs)
         value_warnings(self.meta, self._surrogates, self._out_of_range)
 
     def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:

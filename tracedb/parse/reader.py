@@ -29,7 +29,7 @@ import json
 import re
 import sys
 import threading
-from collections import deque
+from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,6 +155,13 @@ def value_warnings(m: TraceMeta, surrogates: int, out_of_range: int) -> None:
             f"{out_of_range} value(s) out of range (times past 2^62 ns, integers past int64) read as NULL")
 
 
+def lenient_warning(m: TraceMeta, why: str, repairs: Counter) -> None:
+    """The warning of a read the tolerant reader took over from yajl: why
+    yajl gave up, and what the tolerant reader repaired."""
+    done = describe(repairs)
+    m.warnings.append(f"yajl rejected the input ({why}); read with the tolerant reader" + (f": {done}" if done else ""))
+
+
 def drop_bad_span(m: TraceMeta) -> None:
     """No time span when it ends before it starts (negative durations) or
     lies past the supported range."""
@@ -246,7 +253,7 @@ class TraceParser:
         try:
             first = first_byte(self.path)
         except READ_ERRORS as e:
-            raise self._error(f"corrupt gzip: {_short(e)}", "byte 0") from None
+            raise self._error(f"corrupt gzip: {short_error(e)}", "byte 0") from None
         if first == b"[":
             self.meta.form = "array"
             prefix = "item"
@@ -391,7 +398,7 @@ class TraceParser:
             if "premature EOF" in str(e):
                 raise self._error(f"truncated JSON: the file ends inside event {index}",
                                   f"byte {src.offset}, event {index}") from None
-            why = _short(e)
+            why = short_error(e)
         except UnicodeDecodeError as e:  # a lone low surrogate escape, decoded by ijson
             why = f"invalid UTF-8 ({e.reason})"
         except _TooDeep:
@@ -405,7 +412,7 @@ class TraceParser:
             raise self._error("truncated gzip: the compressed stream ends early",
                               f"byte {src.offset}, event {index}") from None
         except CORRUPT_GZIP as e:
-            raise self._error(f"corrupt gzip: {_short(e)}", f"byte {src.offset}, event {index}") from None
+            raise self._error(f"corrupt gzip: {short_error(e)}", f"byte {src.offset}, event {index}") from None
         if why is not None:
             index = yield from self._read_lenient(index, why)
         self.meta.json_event_count = index
@@ -443,18 +450,14 @@ class TraceParser:
             raise self._error("truncated gzip: the compressed stream ends early",
                               f"byte {reader.offset()}, event {reader.index}") from None
         except CORRUPT_GZIP as e:
-            raise self._error(f"corrupt gzip: {_short(e)}",
+            raise self._error(f"corrupt gzip: {short_error(e)}",
                               f"byte {reader.offset()}, event {reader.index}") from None
         except RecursionError:
             raise self._error(f"event {reader.index} is nested too deeply (over ~900 levels)",
                               f"byte {reader.offset()}, event {reader.index}") from None
         self.meta.form = reader.form or self.meta.form
         self._has_events_key = reader.has_events_key
-        done = describe(reader.repairs)
-        self.meta.warnings.append(
-            f"yajl rejected the input ({why}); read with the tolerant reader"
-            + (f": {done}" if done else "")
-        )
+        lenient_warning(self.meta, why, reader.repairs)
         return reader.index
 
     def add_event(self, index: int, ev: dict) -> None:
@@ -630,7 +633,8 @@ def yajl_only_space(data: bytes) -> bool:
     return b"\x0b" in data or b"\x0c" in data
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
+    """The first line of an error's text, at most 200 characters."""
     arg = e.args[0] if e.args else None
     text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(e)
     text = text.strip().splitlines()
