@@ -105,11 +105,12 @@ class PieceResult:
     ts_min_ns: int | None = None
     ts_max_ns: int | None = None
     surrogates: int = 0  # strings with lone surrogates (U+FFFD in their place)
-    # When yajl rejected the piece and the tolerant reader read it: why, and
-    # what that reader repaired (lenient.REPAIR_LABELS)
-    lenient: tuple[int, str] | None = None  # (the piece's number, why)
-    repairs: Counter = field(default_factory=Counter)
     out_of_range: int = 0  # values read as NULL (see reader._Columns)
+    # When yajl rejected the piece and the tolerant reader read it: the
+    # piece's number and why, and what that reader repaired
+    # (lenient.REPAIR_LABELS)
+    lenient: tuple[int, str] | None = None
+    repairs: Counter = field(default_factory=Counter)
     # The C reader's slices for self time's stream, in event order (None: the
     # stream reads them from the staged part): (threads: [(pid, tid)], each
     # slice's thread as an index into threads, ts_ns, dur_ns, event_id).
