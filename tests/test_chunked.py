@@ -357,6 +357,21 @@ def test_old_kineto_pieces_read_by_the_tolerant_reader(tmp_path):
         list(SplitParser(one_line, piece_bytes=2048).batches())
 
 
+def test_one_line_pieces_with_nan_read_by_the_tolerant_reader(tmp_path):
+    """json.dumps writes NaN and Infinity, which yajl rejects: on one line
+    too, the pieces holding them go to the tolerant reader (nothing there
+    moves a cut), with the whole-file read's rows, meta and warning."""
+    evs = _events(100)
+    for i in (7, 200, 390):
+        evs[i]["args"] = {"bw": float("nan"), "peak": float("-inf"), "n": i}
+    text = json.dumps({"traceEvents": evs, "traceName": "nan"})
+    assert text.count("NaN") == 3 and "\n" not in text
+    path = _write(tmp_path / "t.json", text)
+    fast = _assert_same(path, piece_bytes=2048)
+    assert fast.meta.warnings == ["yajl rejected the input (lexical error: invalid char in json text.); "
+                                  "read with the tolerant reader: 6 NaN/Infinity literal(s) read as null"]
+
+
 def test_one_line_json_without_the_c_reader_takes_the_streaming_path(tmp_path, monkeypatch):
     monkeypatch.setattr(pieces, "_fastparse", None)
     path = tmp_path / "t.json"

@@ -14,14 +14,14 @@ Each piece goes to the C reader (_fastparse.c) first. A piece it declines
 (see ``decline_reason``; benchmarks/declines.py counts them on real traces)
 goes to the reference reader (reader.py): the piece's events decoded
 exactly (ijson, numbers with a fraction as Decimals) and turned into rows by
-the same row rule as a whole file's. A piece cut at newlines that yajl
-rejects (old Kineto's unescaped quotes, bare ``N/A``) is read by the
-tolerant reader (lenient.py), as the whole-file read reads what follows
+the same row rule as a whole file's. A piece that yajl rejects (``NaN``,
+invalid UTF-8, old Kineto's unescaped quotes and bare ``N/A``) is read by
+the tolerant reader (lenient.py), as the whole-file read reads what follows
 yajl's error. What only a whole-file read can do raises
 :class:`NotSplittable`, and the caller reads the file with
 reader.TraceParser: ``B``/``E`` pairs (they may span pieces), a one-line
-piece that is not strict JSON (an unescaped quote can move its cuts), a
-file whose events are neither one per block nor on one line.
+piece with unescaped quotes (they can have moved its cuts), a file whose
+events are neither one per block nor on one line.
 
 This module knows nothing of DuckDB, Parquet or click.
 """
@@ -85,7 +85,7 @@ class Piece:
     count: int
     # Cut at a newline before an event (Kineto's layout), which no string
     # holds even in JSON yajl rejects; not a one-line piece, whose cuts
-    # follow quotes that such JSON may leave unescaped.
+    # follow quotes, which old Kineto left unescaped in names.
     by_line: bool = True
 
 
@@ -359,8 +359,6 @@ def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceR
     try:
         evs = list(ijson.items(io.BytesIO(text), "item", use_float=False))
     except (ijson.JSONError, UnicodeDecodeError) as e:
-        if not piece.by_line:
-            raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
         # as the whole-file read: the tolerant reader takes what yajl rejects
         why = f"invalid UTF-8 ({e.reason})" if isinstance(e, UnicodeDecodeError) else short_error(e)
         reader = LenientReader(io.BytesIO(text), path, _no_meta)
@@ -368,6 +366,9 @@ def _reference_rows(data: bytes | memoryview, piece: Piece, path: str) -> PieceR
             evs = list(reader.events())
         except (TraceFormatError, RecursionError) as e:  # the whole-file read says where
             raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
+        if not piece.by_line and reader.repairs["quote"]:
+            # an unescaped quote can have moved the one-line walk's cuts
+            raise NotSplittable(f"piece {piece.number}: unescaped quotes in a piece on one line") from None
     except RecursionError as e:
         raise NotSplittable(f"piece {piece.number}: {type(e).__name__}: {e}") from None
     if len(evs) != piece.count:
