@@ -167,11 +167,11 @@ class Bench:
 
     # one large trace ------------------------------------------------------
 
-    def big_file(self, name: str, nbytes: int, gz: bool = False) -> Path:
-        path = self.work / "single" / f"{name}.json" if not gz else self.work / "single" / f"{name}.json.gz"
+    def big_file(self, name: str, nbytes: int, gz: bool = False, one_line: bool = False) -> Path:
+        path = self.work / "single" / f"{name}{'-one-line' if one_line else ''}.json{'.gz' if gz else ''}"
         tiles = tiles_for_bytes(self.source, nbytes)
         t0 = time.perf_counter()
-        raw, events = write_tiled(self.source, path, tiles, gz=gz)
+        raw, events = write_tiled(self.source, path, tiles, gz=gz, one_line=one_line)
         self.log(f"made {path.name}: {raw / 1e6:.0f} MB JSON, {events:,} events "
                  f"({path.stat().st_size / 1e6:.0f} MB on disk) in {time.perf_counter() - t0:.0f} s")
         path.with_suffix(path.suffix + ".meta").write_text(json.dumps({"json_bytes": raw, "events": events}))
@@ -387,6 +387,10 @@ class Bench:
             self.bench_single(f"1 trace, {s['big'] / 2**30:.2g} GiB, .json.gz", gz, True, self.repeats)
             gz.unlink()
             big.unlink()
+            # The same events as json.dumps writes them (a trace a script loaded and wrote back)
+            one = self.big_file("big", s["big"], one_line=True)
+            self.bench_single(f"1 trace, {s['big'] / 2**30:.2g} GiB, on one line", one, False, self.repeats)
+            one.unlink()
             huge = self.big_file("huge", s["huge"])
             # The baseline needs about 5x the file in memory: only where that fits.
             fits = 6 * s["huge"] < _mem_available()

@@ -98,11 +98,17 @@ class _Template:
         return out.replace(self.ID, str(k).encode())
 
 
+# A newline and the indent after it: whitespace between tokens, since no JSON
+# string holds a raw newline.
+_LINE_BREAK_RE = re.compile(rb"\n[ \t]*")
+
+
 def write_tiled(src: Source, out: Path, tiles: int, rank: int | None = None,
-                tile_offset: int = 0, gz: bool = False) -> tuple[int, int]:
+                tile_offset: int = 0, gz: bool = False, one_line: bool = False) -> tuple[int, int]:
     """Write ``tiles`` time-shifted copies of the source's events to ``out``
     (``.json`` or gzip); ``tile_offset`` starts the numbering later (a
-    different time window and ids). Returns (bytes written uncompressed, event count)."""
+    different time window and ids); ``one_line``: without line breaks, as
+    ``json.dumps`` writes a trace. Returns (bytes written uncompressed, event count)."""
     head = src.head
     if rank is not None:
         head = _RANK_RE.sub(lambda m: m.group(1) + str(rank).encode(), head, count=1)
@@ -112,16 +118,20 @@ def write_tiled(src: Source, out: Path, tiles: int, rank: int | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     f = gzip.open(out, "wb", compresslevel=6) if gz else open(out, "wb", buffering=1 << 20)
     written = 0
+
+    def write(part: bytes) -> None:
+        nonlocal written
+        if one_line:
+            part = _LINE_BREAK_RE.sub(b"", part)
+        f.write(part)
+        written += len(part)
+
     with f:
         for part in (head, meta) if n_meta else (head,):
-            f.write(part)
-            written += len(part)
+            write(part)
         for k in range(tiles):
-            chunk = (b",\n" if (k or n_meta) else b"") + template.tile(k + tile_offset)
-            f.write(chunk)
-            written += len(chunk)
-        f.write(src.tail)
-        written += len(src.tail)
+            write((b",\n" if (k or n_meta) else b"") + template.tile(k + tile_offset))
+        write(src.tail)
     return written, n_meta + tiles * n_body
 
 

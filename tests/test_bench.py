@@ -14,6 +14,7 @@ from conftest import ROOT, corpus_file, trace_events, write_trace
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench  # noqa: E402
+import workloads  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ def test_smoke_run_prints_and_writes_every_figure(tmp_path):
     assert len(tiny) == 8 and sum(len(trace_events(f)) for f in tiny) == 8 * 20
 
     ingest = {e["workload"]: e for e in results["ingest"]}
-    assert [e.get("error") for e in ingest.values()] == [None] * 6  # every warehouse held every event
+    assert [e.get("error") for e in ingest.values()] == [None] * 7  # every warehouse held every event
     assert ingest["8 traces of 20 events (default --jobs)"]["events"] == 8 * 20
     assert ingest["4 rank files (default --jobs)"]["events"] == events
     assert ingest["4 rank files of 10 MB (default --jobs)"]["events"] == 4 * one_tile
@@ -53,6 +54,7 @@ def test_smoke_run_prints_and_writes_every_figure(tmp_path):
     big = ingest["1 trace, 0.0098 GiB"]
     assert big["events"] == one_tile and big["speedup"] > 0 and big["peak_rss_mib"] > 0
     assert ingest["1 trace, 0.0098 GiB, .json.gz"]["events"] == one_tile
+    assert ingest["1 trace, 0.0098 GiB, on one line"]["events"] == one_tile
     assert ingest["1 trace, 0.039 GiB"]["events"] == len(trace_events(source)) * 4 - _meta_events(source) * 3
 
     assert results["scaling"][0]["jobs"] == 1 and results["scaling"][0]["speedup"] == 1.0
@@ -66,6 +68,16 @@ def test_smoke_run_prints_and_writes_every_figure(tmp_path):
 def _meta_events(path) -> int:
     """Process/thread metadata events: written once, not per tile."""
     return sum(1 for e in trace_events(path) if e.get("ph") == "M")
+
+
+def test_the_one_line_workload_holds_the_same_events(tmp_path):
+    """bench.py's one-line trace is the pretty one's JSON without its line
+    breaks: the same document by json.load, and no newline in it."""
+    src = workloads.Source.load(corpus_file(SOURCE))
+    pretty, one = tmp_path / "p.json", tmp_path / "o.json"
+    assert workloads.write_tiled(src, pretty, 3)[1] == workloads.write_tiled(src, one, 3, one_line=True)[1]
+    assert b"\n" in pretty.read_bytes() and b"\n" not in one.read_bytes()
+    assert json.loads(one.read_bytes()) == json.loads(pretty.read_bytes())
 
 
 def test_a_warehouse_short_of_the_workload_fails_the_run(tmp_path):
