@@ -171,10 +171,11 @@ def statements(summarize: tuple, kwargs: dict, runs: int) -> list[tuple[float, s
 
     def timed(con, sql, threads):
         c0 = os.times()
-        run(con, sql, threads)
+        rows = run(con, sql, threads)
         c1 = os.times()
         label = sql.split()[0] + " " + _FROM_RE.search(sql).group(1)  # CREATE or COPY, and the view
         cpu.setdefault(label, []).append(c1[0] + c1[1] - c0[0] - c0[1])
+        return rows
 
     summaries._run = timed
     try:
@@ -206,11 +207,12 @@ def operators(summarize: tuple, kwargs: dict, profile: Path) -> tuple[dict[str, 
         con.execute("PRAGMA enable_profiling = 'json'")
         con.execute(f"PRAGMA profiling_output = '{profile}'")
         try:
-            run(con, sql, threads)
+            rows = run(con, sql, threads)
         finally:
             con.execute("PRAGMA disable_profiling")
         for node in json.loads(profile.read_text())["operator"]:
             walk(node)
+        return rows
 
     summaries._run = profiled
     try:

@@ -17,7 +17,8 @@ from tracedb.cli import main
 
 
 def _events(n: int) -> list[dict]:
-    return ([{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(n)]
+    return ([{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+             for i in range(n)]
             + [{"ph": "C", "name": "mem", "pid": 1, "ts": 1, "args": {"a": 1, "b": 2}},
                {"ph": "s", "name": "f", "id": 1, "pid": 1, "tid": 1, "ts": 1}])
 
@@ -46,13 +47,13 @@ def _cli(wh: Path, *args: str):
 def test_a_fresh_warehouse_is_ok(wh: Path):
     report = tracedb.open(wh).check()
     assert report.problems == [] and report.ok
-    # per trace: events, flows, counters and 7 summaries (int_comm_ops,
-    # int_overlap_sums, int_op_step_sums, int_op_dur_counts, int_gpu_busy_sums,
-    # int_step_sums, int_annotation_nesting)
-    assert (report.trace_count, report.file_count) == (2, 2 * (3 + 7))
+    # per trace: events, flows, counters and the 2 summaries with rows
+    # (int_op_step_sums, int_op_dur_counts: CPU ops); no kernels, collectives,
+    # steps or annotations, so no file for the 5 other per-trace views
+    assert (report.trace_count, report.file_count) == (2, 2 * (3 + 2))
     res = _cli(wh)
     assert res.exit_code == 0
-    assert res.output == "Checked 2 trace(s), 20 Parquet file(s): OK.\n"
+    assert res.output == "Checked 2 trace(s), 10 Parquet file(s): OK.\n"
 
 
 def test_orphans_and_leftovers_are_found_and_removed(wh: Path):
@@ -72,7 +73,7 @@ def test_orphans_and_leftovers_are_found_and_removed(wh: Path):
         f"staging_leftover: {wh / '.staging' / 'abc.12345678'}: left by an interrupted ingest",
         f"temp_catalog: {wh / '.tracedb.duckdb.4242.tmp'}: catalog copy left by an interrupted writer",
     ]
-    assert lines[-1] == "Checked 2 trace(s), 21 Parquet file(s): 3 problem(s), 0 repaired."
+    assert lines[-1] == "Checked 2 trace(s), 11 Parquet file(s): 3 problem(s), 0 repaired."
     assert "tracedb check --repair" in res.stderr
 
     res = _cli(wh, "--repair")
@@ -133,4 +134,4 @@ def test_copies_of_one_trace_in_one_ingest_leave_no_orphans(tmp_path: Path):
     db.ingest([tmp_path / "runs"], jobs=1)
     assert db.sql("SELECT count(*) FROM traces").fetchall() == [(1,)]
     report = db.check()
-    assert report.problems == [] and report.file_count == 3 + 7  # events, flows, counters; 7 summaries
+    assert report.problems == [] and report.file_count == 3 + 2  # events, flows, counters; 2 summaries

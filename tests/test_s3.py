@@ -251,7 +251,9 @@ def test_check_is_clean_and_runs_lists_the_runs(team, tmp_path):
     work = tmp_path / "f" / "work"
     checked = cli(env, work, "-w", team["url"], "check")
     assert checked.returncode == 0, checked.stderr
-    assert "Checked 4 trace(s), 36 Parquet file(s): OK." in checked.stdout + checked.stderr
+    # 4 traces of 2 tables (events, flows) and 7 summaries, less int_comm_ops
+    # of the decode and prefill traces (one GPU: no collective, no file)
+    assert "Checked 4 trace(s), 34 Parquet file(s): OK." in checked.stdout + checked.stderr
     runs = cli(env, work, "-w", team["url"], "runs", "--format", "csv")
     assert [(r["run"], r["phase"], r["file_count"]) for r in rows(runs.stdout)] == [
         ("v1", "decode", "1"), ("v1", "prefill", "1"), ("v1", "train", "1"), ("v2", "train", "1")]

@@ -107,8 +107,13 @@ def test_views_read_summaries_and_match_the_events(wh: Path):
     db.close()
 
 
-def _rows(path: Path) -> list[tuple]:
-    return sorted((tuple(_norm(v) for v in r) for r in duckdb.sql(f"SELECT * FROM '{path}'").fetchall()), key=repr)
+def _rows(path: Path | None) -> list[tuple]:
+    """A summary file's rows; none where no file was written for the view."""
+    if path is None:
+        return []
+    rows = duckdb.sql(f"SELECT * FROM '{path}'").fetchall()
+    assert rows, f"{path}: a summary file without rows"
+    return sorted((tuple(_norm(v) for v in r) for r in rows), key=repr)
 
 
 def _columns(path: Path) -> list[tuple]:
@@ -196,13 +201,16 @@ def test_traces_computed_together_each_get_what_they_get_alone(wh: Path, tmp_pat
                                              rank=t.rank, phase=t.phase, distributed_info=t.distributed_info)
                 assert views.keys() == expected.keys() == PER_TRACE
                 for view in PER_TRACE:
-                    assert views[view].parent == t.out_dir
-                    assert _columns(views[view]) == _columns(expected[view]), (t.file_id, view)
                     rows = _rows(views[view])
                     assert rows == _rows(expected[view]), (t.file_id, view)
+                    if rows:
+                        assert views[view].parent == t.out_dir
+                        assert _columns(views[view]) == _columns(expected[view]), (t.file_id, view)
+                    else:  # no file, alone or together
+                        assert views[view] is None and expected[view] is None, (t.file_id, view)
                     (nonempty if rows else empty).add(view)
     assert nonempty == PER_TRACE
-    assert empty  # a trace without rows of a view gets a file of its columns all the same
+    assert empty  # a trace without rows of a view: no file
 
 
 def test_a_trace_whose_summaries_fail_fails_alone_in_its_group(tmp_path: Path):
@@ -387,3 +395,36 @@ def test_tables_over_one_trace_are_the_joins_or_their_projections_that_would_run
     ]
     # sums3 runs for its COPY and for sums4's.
     assert to_tables(needed) == ["steps", "sums3"]
+
+
+def test_a_view_without_rows_for_a_trace_has_no_summary_file(tmp_path: Path):
+    # A trace of CPU ops alone: its op sums and duration counts have rows;
+    # no kernel, collective, step or annotation, so the five other per-trace
+    # views have none, and no file (null in traces.summaries). The summaries
+    # are current all the same, the views over them give no rows with their
+    # columns, and a second trace with a collective adds int_comm_ops' only file.
+    runs = tmp_path / "runs" / "v1"
+    runs.mkdir(parents=True)
+    ops = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 2}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+           for i in range(4)]
+    (runs / "rank0.json").write_text(json.dumps({"traceEvents": ops}))
+    db = tracedb.open(tmp_path / "wh")
+    db.ingest([tmp_path / "runs"])
+    [(listed,)] = db.sql("SELECT summaries FROM traces").fetchall()
+    listed = json.loads(listed)
+    assert sorted(v for v, key in listed.items() if key is not None) == ["int_op_dur_counts", "int_op_step_sums"]
+    assert sorted(p.parts[-5] for p in (tmp_path / "wh" / "summaries").rglob("*.parquet")) == \
+        ["int_op_dur_counts", "int_op_step_sums"]
+    assert db.sql("SELECT value FROM tracedb_meta.catalog_info WHERE key = 'stale_summaries'").fetchall() == [("0",)]
+    columns = [c for c, in db.sql("SELECT column_name FROM tracedb_meta.tracedb_view_columns "
+                                  "WHERE view_name = 'int_comm_ops' ORDER BY position").fetchall()]
+    assert [c for c, *_ in db.sql("DESCRIBE int_comm_ops").fetchall()] == columns
+    assert db.sql("SELECT count(*) FROM int_comm_ops").fetchall() == [(0,)]
+    assert db.sql("SELECT name, calls FROM hotspots ORDER BY name").fetchall() == [("op0", 2), ("op1", 2)]
+
+    gloo = [{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 1, "ts": 100,
+             "dur": 7}]
+    (runs / "rank1.json").write_text(json.dumps({"traceEvents": ops + gloo}))
+    db.ingest([tmp_path / "runs"])
+    assert [p.parts[-3] for p in (tmp_path / "wh" / "summaries" / "int_comm_ops").rglob("*.parquet")] == ["rank=1"]
+    assert db.sql("SELECT rank, collective, dur_ns FROM int_comm_ops").fetchall() == [(1, "allreduce", 7000)]

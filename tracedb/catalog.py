@@ -435,7 +435,8 @@ class Catalog:
                 stale += 1
                 continue
             for v in views:
-                files[v.name].append(self.wh.location(listed[v.name]))
+                if listed[v.name] is not None:  # else no rows for this trace, no file
+                    files[v.name].append(self.wh.location(listed[v.name]))
         con.execute(f"INSERT OR REPLACE INTO {META_SCHEMA}.catalog_info VALUES ('stale_summaries', ?)",
                     [str(stale)])
         for v in views:
@@ -443,7 +444,10 @@ class Catalog:
                 f"SELECT column_name, data_type, description FROM {META_SCHEMA}.tracedb_view_columns "
                 "WHERE view_name = ? ORDER BY position", [v.name]
             ).fetchall()
-            if rows and not stale:
+            if rows and not stale and not files[v.name]:  # no trace has rows of it
+                select = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t, _ in cols)
+                con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} WHERE false")
+            elif rows and not stale:
                 select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
                 file_list = ", ".join(sql_literal(f) for f in files[v.name])
                 con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} "

@@ -100,6 +100,8 @@ def _check_trace(wh: Warehouse, row: tuple, problems: list[Problem]) -> set[str]
     listed = json.loads(files_json or "{}")
     keys = set()
     for view, key in json.loads(summaries_json or "{}").items():
+        if key is None:  # no rows: no file
+            continue
         keys.add(key)
         if not wh.storage.exists(key):
             problems.append(Problem("missing_summary", wh.location(key), f"summary {view} of {source} is missing",

@@ -159,20 +159,20 @@ def fingerprint(defs: list[ViewDef], warehouse: Warehouse) -> str:
     return h.hexdigest()[:16]
 
 
-def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> None:
-    """Run ``sql``; if it runs out of memory on several threads, again on one.
-    Each thread holds its own share of memory_limit: on a large trace two
-    can run short where one fits (seen on a 3M-event trace's largest
-    table, about one time in five). The statement failed whole, so it
-    simply runs again."""
+def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> list[tuple]:
+    """Run ``sql`` and return its rows (a COPY's: the rows it wrote); if it
+    runs out of memory on several threads, again on one. Each thread holds
+    its own share of memory_limit: on a large trace two can run short where
+    one fits (seen on a 3M-event trace's largest table, about one time in
+    five). The statement failed whole, so it simply runs again."""
     try:
-        con.execute(sql)
+        return con.execute(sql).fetchall()
     except duckdb.OutOfMemoryException:
         if threads == 1:
             raise
         con.execute("SET threads = 1")
         try:
-            con.execute(sql)
+            return con.execute(sql).fetchall()
         finally:
             con.execute(f"SET threads = {threads}")
 
@@ -253,10 +253,13 @@ class Summarizer:
                     [value for row in rows for value in row])
 
     def compute(self, tables: dict[str, Path], out_dir: Path, *, file_id: str, run: str, rank: int, phase: str,
-                distributed_info: str | None) -> dict[str, Path]:
+                distributed_info: str | None) -> dict[str, Path | None]:
         """Run the per-trace views over one trace's final Parquet files
         (``tables``: table -> file) and write each to ``out_dir``; returns
-        view -> written file. ``distributed_info`` is the trace's (JSON text),
+        view -> written file, or None where the view has no rows for the
+        trace (no file: a query would open it for nothing, and a
+        ForwardTimer's trace has no collectives, steps or annotations of
+        three of the seven views). ``distributed_info`` is the trace's (JSON text),
         for the process groups. Raises ViewError when the library's SQL does
         not bind, duckdb.Error when running it fails on this trace."""
         if self._con is None:
@@ -283,17 +286,19 @@ class Summarizer:
                 _run(con, f"CREATE TABLE {name}__rows AS {rows} FROM {name}__src", self.threads)
                 select = ", ".join(f"CAST({keys[c]} AS {t}) AS {c}" if c in keys else c for c, t in columns)
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {select} FROM {name}__rows")
-            out = {}
+            out: dict[str, Path | None] = {}
             for v in per_trace(self.defs):
                 dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-                _run(con, f"COPY (SELECT * REPLACE ({sql_literal(file_id)} AS file_id) FROM {v.name}) "
-                          f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)", self.threads)
-                out[v.name] = dst
+                [(rows,)] = _run(con, f"COPY (SELECT * REPLACE ({sql_literal(file_id)} AS file_id) FROM {v.name}) "
+                                      f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)", self.threads)
+                if not rows:
+                    dst.unlink()
+                out[v.name] = dst if rows else None
             return out
         finally:
             self._clear(rebind=large)
 
-    def compute_many(self, traces: list[TraceFiles]) -> list[dict[str, Path]]:
+    def compute_many(self, traces: list[TraceFiles]) -> list[dict[str, Path | None]]:
         """``compute`` for several traces at once, their file_ids distinct:
         each statement is bound and run once over all of them, as over a
         warehouse (their files linked into its layout, read with its raw
@@ -330,13 +335,14 @@ class Summarizer:
             for name in self._tables:
                 _run(con, f"CREATE TABLE {name}__rows AS SELECT * FROM {name}__src", self.threads)
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {name}__rows")
-            outs: list[dict[str, Path]] = [{} for _ in traces]
+            outs: list[dict[str, Path | None]] = [{} for _ in traces]
             for v in per_trace(self.defs):
                 _run(con, f"CREATE TABLE {v.name}__all AS SELECT * FROM {v.name}", self.threads)
                 written = self._write_each(con, v.name, traces, linked, one_copy=not large)
                 for t, out, dst in zip(traces, outs, written, strict=True):
-                    out[v.name] = t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-                    os.replace(dst, out[v.name])
+                    out[v.name] = None if dst is None else t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
+                    if dst is not None:
+                        os.replace(dst, out[v.name])
             return outs
         finally:
             shutil.rmtree(linked, ignore_errors=True)
@@ -344,42 +350,38 @@ class Summarizer:
 
     @staticmethod
     def _write_each(con: duckdb.DuckDBPyConnection, view: str, traces: list[TraceFiles], folder: Path, *,
-                    one_copy: bool) -> list[Path]:
+                    one_copy: bool) -> list[Path | None]:
         """Each trace's rows of ``view`` (the table ``<view>__all``) in a
-        Parquet file of its own under ``folder``, in the traces' order: a
-        COPY per trace, or, with ``one_copy`` (a group of tiny traces), one
-        COPY partitioned by trace for them all (a COPY per trace and view
-        was 0.9 ms, 512 of them for 64 such traces: 1,000 into a warehouse
-        of 10,000 in 21.5-22.7 s against 24.6-26.1). Larger groups do
-        without it: DuckDB holds a buffer per file it writes (128 rank files
-        of 9.8 MB peaked 30 MiB higher, no faster). With one COPY, a trace
-        without rows gets a copy of an empty file of the same columns.
-        DuckDB writes a partition in one file; were one in several, this
-        raises, and each trace's summaries are computed alone
-        (ingest._summaries)."""
+        Parquet file of its own under ``folder``, in the traces' order, or
+        None for a trace without rows: a COPY per trace, or, with
+        ``one_copy`` (a group of tiny traces), one COPY partitioned by trace
+        for them all (a COPY per trace and view was 0.9 ms, 512 of them for
+        64 such traces: 1,000 into a warehouse of 10,000 in 21.5-22.7 s
+        against 24.6-26.1). Larger groups do without it: DuckDB holds a
+        buffer per file it writes (128 rank files of 9.8 MB peaked 30 MiB
+        higher, no faster). DuckDB writes a partition in one file; were one
+        in several, this raises, and each trace's summaries are computed
+        alone (ingest._summaries)."""
         if not one_copy:
-            written = [folder / f"{view}.{i}.parquet" for i in range(1, len(traces) + 1)]
-            for t, dst in zip(traces, written, strict=True):
-                con.execute(f"COPY (SELECT * FROM {view}__all WHERE file_id = {sql_literal(t.file_id)}) "
-                            f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)")
+            written: list[Path | None] = []
+            for i, t in enumerate(traces, start=1):
+                dst = folder / f"{view}.{i}.parquet"
+                [(rows,)] = con.execute(f"COPY (SELECT * FROM {view}__all WHERE file_id = {sql_literal(t.file_id)}) "
+                                        f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)").fetchall()
+                if not rows:
+                    dst.unlink()
+                written.append(dst if rows else None)
             return written
         parted = folder / f"{view}.parts"
         ids = ", ".join(sql_literal(t.file_id) for t in traces)
         con.execute(f"COPY (SELECT *, list_position([{ids}], file_id) AS __trace FROM {view}__all) "
                     f"TO {sql_literal(parted)} (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (__trace))")
-        empty = folder / f"{view}.empty.parquet"
         written = []
         for i in range(1, len(traces) + 1):
             got = list((parted / f"__trace={i}").glob("*.parquet"))
             if len(got) > 1:
                 raise RuntimeError(f"{parted}: trace {i}'s rows in {len(got)} files")
-            if not got:
-                if not empty.exists():
-                    con.execute(f"COPY (SELECT * FROM {view}__all LIMIT 0) TO {sql_literal(empty)} "
-                                "(FORMAT parquet, COMPRESSION zstd)")
-                got = [folder / f"{view}.{i}.parquet"]
-                shutil.copyfile(empty, got[0])
-            written.append(got[0])
+            written.append(got[0] if got else None)
         return written
 
     def _clear(self, rebind: bool) -> None:
@@ -401,7 +403,7 @@ class Summarizer:
 
 def compute(warehouse: Warehouse, defs: list[ViewDef], tables: dict[str, Path], out_dir: Path, *,
             file_id: str, run: str, rank: int, phase: str, distributed_info: str | None,
-            threads: int = 1, memory_limit: str = "256MB") -> dict[str, Path]:
+            threads: int = 1, memory_limit: str = "256MB") -> dict[str, Path | None]:
     """``Summarizer.compute`` for one trace, on a connection of its own that
     spills into ``out_dir``."""
     with Summarizer(warehouse, defs, out_dir / "spill", threads=threads, memory_limit=memory_limit) as s:
@@ -409,12 +411,16 @@ def compute(warehouse: Warehouse, defs: list[ViewDef], tables: dict[str, Path], 
                          distributed_info=distributed_info)
 
 
-def publish(warehouse: Warehouse, made: dict[str, Path], run: str, rank: int, phase: str,
-            file_id: str) -> dict[str, str]:
+def publish(warehouse: Warehouse, made: dict[str, Path | None], run: str, rank: int, phase: str,
+            file_id: str) -> dict[str, str | None]:
     """Publish computed summaries (atomically: a reader sees the old file or
-    the new, never part of one); returns view -> key in the warehouse."""
-    out = {}
+    the new, never part of one); returns view -> key in the warehouse, or
+    None for a view without rows for the trace (computed, no file)."""
+    out: dict[str, str | None] = {}
     for view, src in made.items():
+        if src is None:
+            out[view] = None
+            continue
         key = warehouse.summary_key(view, run, rank, phase, file_id)
         warehouse.storage.put(src, key)
         out[view] = key

@@ -130,8 +130,10 @@ def cache_root(url: str) -> Path:
 
 def trace_files(files_json: str | None, summaries_json: str | None) -> list[str]:
     """The keys of a traces row's published files (data and summaries), from
-    its ``files`` and ``summaries`` columns (JSON: table or view -> key)."""
-    return [key for listed in (files_json, summaries_json) for key in json.loads(listed or "{}").values()]
+    its ``files`` and ``summaries`` columns (JSON: table or view -> key; a
+    summary without rows is null, no file)."""
+    return [key for listed in (files_json, summaries_json) for key in json.loads(listed or "{}").values()
+            if key is not None]
 
 
 class Storage(Protocol):

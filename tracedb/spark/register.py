@@ -188,7 +188,8 @@ def _summaries(spark: SparkSession, warehouse: Warehouse, defs: list[ViewDef], o
         return {}
     out = {}
     for v in views:
-        files = [warehouse.location(s[v.name]) for s in listed]
-        out[v.name] = spark.read.option("basePath", warehouse.location(f"{SUMMARY_DIR}/{v.name}")).parquet(*files)
+        files = [warehouse.location(s[v.name]) for s in listed if s[v.name] is not None]  # None: no rows
+        if files:  # else no trace has rows of it: its SQL over the events, which finds none
+            out[v.name] = spark.read.option("basePath", warehouse.location(f"{SUMMARY_DIR}/{v.name}")).parquet(*files)
     return out
 
