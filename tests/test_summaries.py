@@ -428,3 +428,33 @@ def test_a_view_without_rows_for_a_trace_has_no_summary_file(tmp_path: Path):
     db.ingest([tmp_path / "runs"])
     assert [p.parts[-3] for p in (tmp_path / "wh" / "summaries" / "int_comm_ops").rglob("*.parquet")] == ["rank=1"]
     assert db.sql("SELECT rank, collective, dur_ns FROM int_comm_ops").fetchall() == [(1, "allreduce", 7000)]
+
+
+def test_migrate_removes_the_empty_summary_files_of_an_older_tracedb(tmp_path: Path):
+    # A warehouse an older tracedb made wrote a file for every view, rows or
+    # none: here int_comm_ops' of a CPU-only trace, listed, the summaries
+    # stale. migrate recomputes them: the view has no rows, so its file goes
+    # (check finds no orphan) and the trace lists null.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    runs = tmp_path / "runs" / "v1"
+    runs.mkdir(parents=True)
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(3)]
+    (runs / "rank0.json").write_text(json.dumps({"traceEvents": ops}))
+    db = tracedb.open(tmp_path / "wh")
+    db.ingest([tmp_path / "runs"])
+    db.close()
+    w = Warehouse(tmp_path / "wh")
+    with w.catalog.writing() as con:
+        [(file_id, listed)] = con.execute("SELECT file_id, summaries FROM traces").fetchall()
+        key = w.summary_key("int_comm_ops", "v1", 0, "default", file_id)
+        (tmp_path / "wh" / key).parent.mkdir(parents=True)
+        pq.write_table(pa.table({"file_id": pa.array([], pa.string())}), tmp_path / "wh" / key)
+        con.execute("UPDATE traces SET summaries = ?, summaries_fingerprint = 'made-by-an-older-tracedb'",
+                    [json.dumps({**json.loads(listed), "int_comm_ops": key})])
+    db = tracedb.open(tmp_path / "wh")
+    assert db.rebuild_views() == 1
+    assert not (tmp_path / "wh" / key).exists()
+    assert json.loads(db.sql("SELECT summaries FROM traces").fetchall()[0][0])["int_comm_ops"] is None
+    assert db.check().problems == []

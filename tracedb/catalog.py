@@ -488,6 +488,9 @@ class Catalog:
                     made = summarizer.compute(tables, work, file_id=file_id, run=run, rank=rank, phase=phase,
                                               distributed_info=info)
                     done = summaries.publish(self.wh, made, run, rank, phase, file_id)
+                    for view, key in done.items():
+                        if key is None:  # no rows now: the file an older tracedb wrote goes
+                            self.wh.storage.remove(self.wh.summary_key(view, run, rank, phase, file_id))
                 except (duckdb.Error, OSError) as e:
                     why = getattr(e, "strerror", None) or str(e).splitlines()[0]
                     raise WarehouseError(f"{source}: cannot summarize trace {file_id}: {why}") from None
