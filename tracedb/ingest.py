@@ -438,7 +438,8 @@ def _failed(tf: TraceFile, result: FileResult, e: Exception, seconds: float) -> 
     return result
 
 
-def _summaries(summarizer: summaries.Summarizer, ready: list[_Finalized]) -> list[dict[str, Path] | Exception]:
+def _summaries(summarizer: summaries.Summarizer,
+               ready: list[_Finalized]) -> list[dict[str, Path | None] | Exception]:
     """The summaries of each trace (view -> file), or what computing them
     raised (_FILE_ERRORS) on that trace alone; each trace's time grows by
     its share."""
@@ -457,7 +458,7 @@ def _summaries(summarizer: summaries.Summarizer, ready: list[_Finalized]) -> lis
             for r in ready:
                 r.seconds += (time.perf_counter() - t0) / len(ready)
             return list(together)
-    made: list[dict[str, Path] | Exception] = []
+    made: list[dict[str, Path | None] | Exception] = []
     for r in ready:
         t1 = time.perf_counter()
         t = spec(r)
@@ -470,7 +471,8 @@ def _summaries(summarizer: summaries.Summarizer, ready: list[_Finalized]) -> lis
     return made
 
 
-def _publish(warehouse: Warehouse, r: _Finalized, made: dict[str, Path] | Exception, fingerprint: str | None) -> None:
+def _publish(warehouse: Warehouse, r: _Finalized, made: dict[str, Path | None] | Exception,
+             fingerprint: str | None) -> None:
     """Publish a finalized trace's files and summaries (``made``), or record
     why it failed; fills in its result."""
     t0 = time.perf_counter()

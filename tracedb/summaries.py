@@ -257,9 +257,9 @@ class Summarizer:
         """Run the per-trace views over one trace's final Parquet files
         (``tables``: table -> file) and write each to ``out_dir``; returns
         view -> written file, or None where the view has no rows for the
-        trace (no file: a query would open it for nothing, and a
-        ForwardTimer's trace has no collectives, steps or annotations of
-        three of the seven views). ``distributed_info`` is the trace's (JSON text),
+        trace (no file, which every query over the view would open for
+        nothing: a CPU-only trace has no kernels, collectives or steps).
+        ``distributed_info`` is the trace's (JSON text),
         for the process groups. Raises ViewError when the library's SQL does
         not bind, duckdb.Error when running it fails on this trace."""
         if self._con is None:
