@@ -268,10 +268,12 @@ def test_begin_end_pairs_take_the_streaming_path(tmp_path):
         list(SplitParser(path, piece_bytes=1024).batches())
 
 
-def test_items_that_are_not_events_take_the_streaming_path(tmp_path):
+def test_items_that_are_not_events_are_skipped_as_the_whole_file_read_skips_them(tmp_path):
+    # The last item is no object (no "\n  {" before it): the end of the array
+    # is found by the one-line walk, and the item counted and skipped.
     path = _write(tmp_path / "t.json", _kineto_text(_events(10) + [[1, 2]]))
-    with pytest.raises(NotSplittable):
-        list(SplitParser(path, piece_bytes=1024).batches())
+    fast = _assert_same(path, piece_bytes=1024)
+    assert (fast.meta.skipped_count, fast.meta.json_event_count) == (1, 44)
 
 
 # Events whose strings hold what the walk between events must not take for
@@ -299,6 +301,33 @@ def test_one_line_json_read_in_pieces(tmp_path, gz):
     fast = _assert_same(path, piece_bytes=1024)
     assert fast.meta.base_time_ns == 1_700_000_000_000_000_000
     assert fast.meta.distributed_info == {"rank": 3}
+
+
+@pytest.mark.parametrize("piece_bytes", [1024, None])  # several pieces; the file in one block
+def test_events_sharing_lines_after_the_first_read_in_pieces(tmp_path, piece_bytes):
+    """The first event on a line of its own, the others joined on one line
+    ("[\\n{...}, {...}, ..."): no newline to cut at after the first, so
+    the walk of one-line traces cuts the rest, and the rows are the
+    whole-file read's."""
+    evs = _events(100) + _TRICKY
+    path = _write(tmp_path / "t.json", '{"traceEvents": [\n' + ", ".join(json.dumps(e) for e in evs)
+                  + '\n], "traceName": "mixed"}\n')
+    cut = list(SplitParser(path, piece_bytes=piece_bytes).pieces())
+    assert sum(p.count for p in cut) == len(evs) and (len(cut) > 10 or piece_bytes is None)
+    fast = _assert_same(path, piece_bytes=piece_bytes)
+    assert fast.meta.trace_name == "mixed"
+
+
+def test_an_event_longer_than_a_piece_read_in_pieces(tmp_path):
+    """Kineto's layout with one event of 20 KB among 4 KB pieces: the block
+    that holds no event's start goes on as on one line, and the rows are
+    the whole-file read's."""
+    evs = _events(100)
+    evs[150]["args"] = {"stack": "x" * 20_000}
+    path = _write(tmp_path / "t.json", _kineto_text(evs, baseTimeNanoseconds=1_700_000_000_000_000_000))
+    cut = list(SplitParser(path, piece_bytes=4096).pieces())
+    assert sum(p.count for p in cut) == len(evs) and len(cut) > 5
+    _assert_same(path, piece_bytes=4096)
 
 
 def test_one_line_cuts_fall_between_events():

@@ -8,7 +8,9 @@ before it is a run of whole events. A cut at the wrong depth makes the piece
 invalid JSON and is caught. A trace written on one line (``json.dumps``: no
 newline before its first event) is cut after a comma between events, found
 by the C reader's walk over the block's strings and nesting
-(``_fastparse.cut``); without the C reader it is read whole.
+(``_fastparse.cut``), and so is the rest of a trace from a block in which
+no event begins a line (its events share lines after the first; an event
+longer than a block); without the C reader such a file is read whole.
 
 Each piece goes to the C reader (_fastparse.c) first. A piece it declines
 (see ``decline_reason``; benchmarks/declines.py counts them on real traces)
@@ -20,8 +22,8 @@ the tolerant reader (lenient.py), as the whole-file read reads what follows
 yajl's error. What only a whole-file read can do raises
 :class:`NotSplittable`, and the caller reads the file with
 reader.TraceParser: ``B``/``E`` pairs (they may span pieces), a one-line
-piece with unescaped quotes (they can have moved its cuts), a file whose
-events are neither one per block nor on one line.
+piece with unescaped quotes (they can have moved its cuts), keys before
+the events that yajl cannot read.
 
 This module knows nothing of DuckDB, Parquet or click.
 """
@@ -188,6 +190,12 @@ class Splitter:
                     break
                 cut = block.rfind(sep)
                 if cut < 0:
+                    # No event begins a line here (the first one did: "[\n{...},
+                    # {...}", or one event is longer than the block): on from
+                    # here as on one line, or without the C reader, carried.
+                    if _fastparse is not None:
+                        yield from self._one_line_pieces(f, carry + block, rewind, number, base)
+                        return
                     carry += block
                     if len(carry) > 8 * self.piece_bytes:
                         raise NotSplittable("no event boundary in a long stretch")
@@ -205,19 +213,28 @@ class Splitter:
                 number += 1
                 base += count
             buf = carry
-            # The rest: last events, then the end of the array and the tail.
-            end = self._find_end(buf, sep)
+            # The rest: last events, then the end of the array and the tail
+            # (where its events share lines, found as on one line).
+            try:
+                end = self._find_end(buf, sep)
+            except NotSplittable:
+                if _fastparse is None:
+                    raise
+                yield from self._one_line_pieces(f, buf, rewind, number, base)
+                return
             data, self.tail = buf[:end], buf[end:]
             if data.strip():
                 yield Piece(number, data, base, count_events(data, sep) + 1)
 
-    def _one_line_pieces(self, f, carry: bytes, rewind: bool) -> Iterator[Piece]:
-        """The pieces of an event array on one line (``json.dumps``' layout):
-        each block cut after the last comma between its events, which the C
-        reader's walk over strings and nesting finds (``_fastparse.cut``);
-        the block that holds the array's ``]`` ends the pieces, and what
-        follows it is the tail. A brace that closes nothing is not JSON."""
-        number = base = 0
+    def _one_line_pieces(self, f, carry: bytes, rewind: bool, number: int = 0, base: int = 0) -> Iterator[Piece]:
+        """The pieces of an event array on one line (``json.dumps``' layout),
+        from ``carry`` (bytes from an event's start) and the file's next
+        blocks on; the first is numbered ``number``, its first event
+        ``base``. Each block is cut after the last comma between its events,
+        which the C reader's walk over strings and nesting finds
+        (``_fastparse.cut``); the block that holds the array's ``]`` ends
+        the pieces, and what follows it is the tail. A brace that closes
+        nothing is not JSON."""
         while True:
             block = _read(f, self.piece_bytes)
             data = b"".join((carry, block)) if carry else block
