@@ -350,8 +350,19 @@ def test_one_line_cuts_fall_between_events():
         done = [e for e in ends if e <= n]
         assert pieces._fastparse.cut(data[:n]) == ((done[-1], len(done), False) if done else (0, 0, False)), n
     assert pieces._fastparse.cut(data + b" ]}") == (len(data) + 1, len(texts), True)
-    with pytest.raises(ValueError):
-        pieces._fastparse.cut(b'{"a": 1}}, {"b": 2}')
+    for bad in (b'{"a": 1}}, {"b": 2}', data + b", ]", b" ]"):  # a brace too many; a trailing comma
+        with pytest.raises(ValueError):
+            pieces._fastparse.cut(bad)
+
+
+def test_one_line_json_with_a_trailing_comma_is_the_whole_file_reads_error(tmp_path):
+    """[{...}, {...}, ] is not JSON: the walk does not take the comma for a
+    cut, and the file goes to the whole-file read, which says so."""
+    path = _write(tmp_path / "t.json", '{"traceEvents": [' + ", ".join(json.dumps(e) for e in _events(5)) + ", ]}")
+    with pytest.raises(NotSplittable):
+        list(SplitParser(path, piece_bytes=256).batches())
+    with pytest.raises(tracedb.errors.TraceFormatError, match="invalid JSON"):
+        list(TraceParser(path).batches())
 
 
 # pytorch#146900's old Kineto output, which yajl rejects: unescaped quotes in

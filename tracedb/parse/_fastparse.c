@@ -1119,7 +1119,7 @@ typedef struct {
     Py_ssize_t end;   /* just past the last comma at the array's depth, or the "]" */
     Py_ssize_t count; /* items before end */
     int closed;       /* end is the array's "]" */
-    int bad;          /* a close with nothing open */
+    const char *bad;  /* why the bytes are not JSON: a close with nothing open, a comma before "]" */
 } Cut;
 
 #ifdef __SSE2__
@@ -1166,10 +1166,12 @@ static inline int cut_byte(Cut *c, CutState *st, const char *s, const char *q) {
             return 0;
         }
         if (ch == '}') {
-            c->bad = 1;
+            c->bad = "a '}' that closes nothing";
+        } else if (!st->pending) { /* nothing after the last comma (the data begins after one) */
+            c->bad = "a comma before the array's ']'";
         } else {
             c->end = q - s;
-            c->count = st->commas + st->pending;
+            c->count = st->commas + 1;
             c->closed = 1;
         }
         return 1;
@@ -1225,19 +1227,20 @@ static const char CUT_DOC[] =
     "array's depth, count the items before it, closed False; or, when the\n"
     "array's closing ']' is in data, end is its offset, count the items before\n"
     "it and closed True. (0, 0, False): no comma at the array's depth yet.\n"
-    "ValueError: a '}' closes what was not opened (not JSON).";
+    "ValueError: not JSON (a '}' closes what was not opened; a comma before\n"
+    "the ']', where data begins at an item).";
 
 static PyObject *fp_cut(PyObject *self, PyObject *args) {
     Py_buffer view;
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
-    Cut c = {0, 0, 0, 0};
+    Cut c = {0, 0, 0, NULL};
     Py_BEGIN_ALLOW_THREADS
     cut_scan((const char *)view.buf, (const char *)view.buf + view.len, &c);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (c.bad) {
-        PyErr_SetString(PyExc_ValueError, "a '}' that closes nothing");
+        PyErr_SetString(PyExc_ValueError, c.bad);
         return NULL;
     }
     return Py_BuildValue("(nnO)", c.end, c.count, c.closed ? Py_True : Py_False);
