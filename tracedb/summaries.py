@@ -177,6 +177,16 @@ def _run(con: duckdb.DuckDBPyConnection, sql: str, threads: int) -> list[tuple]:
             con.execute(f"SET threads = {threads}")
 
 
+def _copy(con: duckdb.DuckDBPyConnection, query: str, dst: Path, threads: int) -> Path | None:
+    """``query``'s rows written to ``dst`` (Parquet, zstd), or None and no
+    file where it has none (a view without rows for a trace)."""
+    [(rows,)] = _run(con, f"COPY ({query}) TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)", threads)
+    if not rows:
+        dst.unlink()
+        return None
+    return dst
+
+
 class Summarizer:
     """The per-trace views bound once, on one DuckDB connection, then run
     over one trace after another (``compute``). Binding the library takes
@@ -288,12 +298,8 @@ class Summarizer:
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {select} FROM {name}__rows")
             out: dict[str, Path | None] = {}
             for v in per_trace(self.defs):
-                dst = out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
-                [(rows,)] = _run(con, f"COPY (SELECT * REPLACE ({sql_literal(file_id)} AS file_id) FROM {v.name}) "
-                                      f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)", self.threads)
-                if not rows:
-                    dst.unlink()
-                out[v.name] = dst if rows else None
+                out[v.name] = _copy(con, f"SELECT * REPLACE ({sql_literal(file_id)} AS file_id) FROM {v.name}",
+                                    out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet", self.threads)
             return out
         finally:
             self._clear(rebind=large)
@@ -340,8 +346,9 @@ class Summarizer:
                 _run(con, f"CREATE TABLE {v.name}__all AS SELECT * FROM {v.name}", self.threads)
                 written = self._write_each(con, v.name, traces, linked, one_copy=not large)
                 for t, out, dst in zip(traces, outs, written, strict=True):
-                    out[v.name] = None if dst is None else t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
+                    out[v.name] = None
                     if dst is not None:
+                        out[v.name] = t.out_dir / f"{v.name}.{uuid.uuid4().hex[:8]}.parquet"
                         os.replace(dst, out[v.name])
             return outs
         finally:
@@ -363,15 +370,8 @@ class Summarizer:
         in several, this raises, and each trace's summaries are computed
         alone (ingest._summaries)."""
         if not one_copy:
-            written: list[Path | None] = []
-            for i, t in enumerate(traces, start=1):
-                dst = folder / f"{view}.{i}.parquet"
-                [(rows,)] = con.execute(f"COPY (SELECT * FROM {view}__all WHERE file_id = {sql_literal(t.file_id)}) "
-                                        f"TO {sql_literal(dst)} (FORMAT parquet, COMPRESSION zstd)").fetchall()
-                if not rows:
-                    dst.unlink()
-                written.append(dst if rows else None)
-            return written
+            return [_copy(con, f"SELECT * FROM {view}__all WHERE file_id = {sql_literal(t.file_id)}",
+                          folder / f"{view}.{i}.parquet", 1) for i, t in enumerate(traces, start=1)]
         parted = folder / f"{view}.parts"
         ids = ", ".join(sql_literal(t.file_id) for t in traces)
         con.execute(f"COPY (SELECT *, list_position([{ids}], file_id) AS __trace FROM {view}__all) "
