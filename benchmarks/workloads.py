@@ -151,7 +151,7 @@ def tiny_trace(n: int) -> str:
     """Trace number ``n`` of a thousand-rank job's tiny ones (a ForwardTimer's
     spans, a test's trace): TINY_TRACE_EVENTS cpu ops from ts ``n * 1000`` on
     (so that no two files share a content hash, the warehouse's file_id),
-    indented as ForwardTimer and Kineto write them."""
+    indented as Kineto writes its traces."""
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": n * 1000 + 10 * i,
                "dur": 5, "args": {"External id": i}} for i in range(TINY_TRACE_EVENTS)]
     return json.dumps({"distributedInfo": {"rank": n % 1000}, "traceEvents": events}, indent=1)

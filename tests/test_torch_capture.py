@@ -140,7 +140,7 @@ def test_forward_spans_ingest_as_latency(tmp_path: Path):
     assert path == tmp_path / "runs" / "bs4" / "inference" / "rank0.forward.json.gz"
     spans = load_json(path)["traceEvents"]
     assert len(spans) == stats["count"] == 25
-    # written so that ingest's C reader takes it in pieces, not the streaming parser
+    # on one line, read by ingest's C reader in pieces, not by the streaming parser
     assert sum(piece.count for piece in SplitParser(path).pieces()) == 25
     assert {(e["ph"], e["cat"], e["name"], e["args"]["clock"]) for e in spans} == {("X", "latency", "forward", "wall")}
     kineto = load_json(tmp_path / "runs" / "bs4" / "inference" / "rank0.pt.trace.json.gz")["traceEvents"]

@@ -305,12 +305,7 @@ class ForwardTimer:
         tmp = _temp_for(path)
         try:
             with gzip.open(tmp, "wt", encoding="utf-8") as f:
-                # Indented, each event's braces on lines of their own as in
-                # Kineto's traces, so that ingest's C reader takes it in
-                # pieces; on one line, the streaming parser read it (8 ranks'
-                # traces of 50,000 passes: 10.6 CPU-s, not 2.7), for 3% more
-                # bytes once gzipped.
-                json.dump(doc, f, indent=1)
+                json.dump(doc, f)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
