@@ -418,7 +418,7 @@ class Catalog:
         """Define each per-trace view over its summary files when every trace
         has current ones; else over the events (its own SQL: right, slower)."""
         from . import summaries
-        from .views import catalog_sql, relation_schemas
+        from .views import catalog_sql, empty_select, relation_schemas
 
         views = summaries.per_trace(defs)
         schemas = relation_schemas(defs)
@@ -445,8 +445,8 @@ class Catalog:
                 "WHERE view_name = ? ORDER BY position", [v.name]
             ).fetchall()
             if rows and not stale and not files[v.name]:  # no trace has rows of it
-                select = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t, _ in cols)
-                con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} WHERE false")
+                empty = empty_select([(c, t) for c, t, _ in cols])
+                con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS {empty}")
             elif rows and not stale:
                 select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
                 file_list = ", ".join(sql_literal(f) for f in files[v.name])

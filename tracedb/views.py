@@ -444,6 +444,12 @@ def raw_columns(table: str) -> list[tuple[str, str]]:
     return cols
 
 
+def empty_select(cols: list[tuple[str, str]]) -> str:
+    """A SELECT of no rows with these (name, type) columns: a relation over
+    no files."""
+    return "SELECT " + ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in cols) + " LIMIT 0"
+
+
 def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] | None = None,
                  file_id: str | None = None) -> str:
     """The raw view ``table`` over Parquet files: hive partitions give run,
@@ -451,8 +457,7 @@ def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] |
     ``file_id``, with a partition, stands for the files' own."""
     cols = raw_columns(table)
     if not files:
-        select = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in cols)
-        return f"CREATE OR REPLACE VIEW {table} AS SELECT {select} LIMIT 0"
+        return f"CREATE OR REPLACE VIEW {table} AS {empty_select(cols)}"
     given: dict[str, str] = {}
     if partition is not None:
         run, rank, phase = partition
