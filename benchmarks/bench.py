@@ -262,6 +262,7 @@ class Bench:
         trace): all they cost is what a trace costs besides its events."""
         n = self.size["tiny"]
         root = self.work / "tiny"
+        shutil.rmtree(root, ignore_errors=True)  # what a --keep run left: made again
         nbytes = write_tiny_traces(root / "v1", 0, n)
         self.bench_ingest(f"{n} traces of {TINY_TRACE_EVENTS} events (default --jobs)", root, nbytes,
                           n * TINY_TRACE_EVENTS, nbytes, False, self.repeats)
