@@ -14,8 +14,10 @@ json.load, build columns, write one Parquet file) reads the same input, so
 the ratio holds on a noisy machine. Peak RSS is that of the whole process
 tree (workers included), polled from /proc. After each ingest, the warehouse
 must hold every event the workload was made with: a fast ingest that lost
-events is not a figure (a single trace's is reported as failed; the rank
-files' stops the run).
+events is not a figure (a workload of the ingest table is reported as
+failed; the rank files' stops the run). The workloads the targets compare
+(the 1 GiB trace, plain, gzip and on one line, and the 4 GiB trace) run in
+rounds, one of each a round, so that a slow spell falls on all of them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,6 +44,19 @@ from workloads import (DEFAULT_SOURCE, TINY_TRACE_EVENTS, Source, tiles_for_byte
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 MARTS = ("hotspots", "comm_latency", "overlap", "regressions")
+
+
+@dataclass
+class Workload:
+    """A row of the ingest table: a trace, or a folder of them."""
+
+    label: str
+    path: Path
+    json_bytes: int
+    events: int
+    file_bytes: int
+    baseline: bool  # run the afternoon baseline on it too
+
 
 SIZES = {
     # name: big file bytes, 4x file bytes, rank files, their total events, small rank files (one tile each),
@@ -156,7 +172,8 @@ class Bench:
     def check_space(self, only: set[str] | None) -> None:
         """Room for the workloads that run (``only``; None: all)."""
         s = self.size
-        need = {"single": 1.4 * (s["big"] + s["huge"]) + 0.3 * s["big"], "ranks": 300 * s["rank_events"] * 1.3,
+        # single: its four files at once, and the staging and warehouse of the largest
+        need = {"single": 2.2 * s["big"] + 1.4 * s["huge"], "ranks": 300 * s["rank_events"] * 1.3,
                 "small": 12e6 * s["small"], "tiny": 1e5 * s["tiny"]}
         need = sum(v for k, v in need.items() if not only or k in only)
         free = shutil.disk_usage(self.work).free
@@ -192,50 +209,67 @@ class Bench:
         out.unlink(missing_ok=True)
         return r
 
-    def bench_single(self, label: str, path: Path, baseline: bool, repeats: int) -> None:
-        try:
-            self._bench_single(label, path, baseline, repeats)
-        except RuntimeError as e:  # recorded, and the other workloads still run
-            self.log(f"{label}: failed: {str(e).strip().splitlines()[-1]}")
-            self.results["ingest"].append({"workload": label, "file": path.name, "error": str(e)[-2000:]})
-
-    def _bench_single(self, label: str, path: Path, baseline: bool, repeats: int) -> None:
+    def single(self, label: str, path: Path, baseline: bool) -> Workload:
         meta = json.loads(path.with_suffix(path.suffix + ".meta").read_text())
-        self.bench_ingest(label, path, meta["json_bytes"], meta["events"], path.stat().st_size, baseline, repeats)
+        return Workload(label, path, meta["json_bytes"], meta["events"], path.stat().st_size, baseline)
 
-    def bench_ingest(self, label: str, path: Path, json_bytes: int, events: int, file_bytes: int,
-                     baseline: bool, repeats: int) -> None:
-        """Ingest ``path`` (a trace or a folder) ``repeats`` times, with the
-        baseline before each when asked; the medians go in the ingest table."""
-        mb = json_bytes / 1e6
-        rows = []
+    def bench_rounds(self, workloads: list[Workload], repeats: int) -> None:
+        """Ingest each workload ``repeats`` times, with its baseline before
+        each ingest where asked, a round at a time: a round runs every
+        workload once, so that a slow spell of a shared machine (minutes
+        long) falls on all of them, not on one workload's runs. The targets
+        compare workloads: .json.gz with the plain file, the 4 GiB trace with
+        the 1 GiB one; run one after the other, three runs of each, a spell
+        made the .json.gz 22% slower than the plain file, alternating 4%.
+        The medians go in the ingest table; a workload whose warehouse lacks
+        events is reported as failed, and the others go on."""
+        runs: dict[str, list[tuple[dict, dict | None]]] = {w.label: [] for w in workloads}
+        failed: dict[str, str] = {}
         for i in range(repeats):
-            if baseline:
-                b = self.baseline_once(path)
-                self.log(f"{label} baseline #{i + 1}: {b['seconds']:.1f} s, {mb / b['seconds']:.1f} MB/s, "
-                         f"peak {b['peak_rss_bytes'] / 2**20:.0f} MiB")
-            else:
-                b = None
-            r = self.ingest_once(path, events)
-            self.log(f"{label} tracedb #{i + 1}: {r['seconds']:.1f} s, {mb / r['seconds']:.1f} MB/s, "
-                     f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
-            rows.append((r, b))
+            for w in workloads:
+                if w.label in failed:
+                    continue
+                try:
+                    runs[w.label].append(self._run_once(w, i))
+                except RuntimeError as e:
+                    self.log(f"{w.label}: failed: {str(e).strip().splitlines()[-1]}")
+                    failed[w.label] = str(e)[-2000:]
+        for w in workloads:
+            self.results["ingest"].append(
+                {"workload": w.label, "file": w.path.name, "error": failed[w.label]} if w.label in failed
+                else self._entry(w, runs[w.label]))
+
+    def _run_once(self, w: Workload, i: int) -> tuple[dict, dict | None]:
+        mb = w.json_bytes / 1e6
+        b = None
+        if w.baseline:
+            b = self.baseline_once(w.path)
+            self.log(f"{w.label} baseline #{i + 1}: {b['seconds']:.1f} s, {mb / b['seconds']:.1f} MB/s, "
+                     f"peak {b['peak_rss_bytes'] / 2**20:.0f} MiB")
+        r = self.ingest_once(w.path, w.events)
+        self.log(f"{w.label} tracedb #{i + 1}: {r['seconds']:.1f} s, {mb / r['seconds']:.1f} MB/s, "
+                 f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB")
+        return r, b
+
+    @staticmethod
+    def _entry(w: Workload, rows: list[tuple[dict, dict | None]]) -> dict:
+        mb = w.json_bytes / 1e6
         med = lambda xs: median([x for x in xs if x is not None])  # noqa: E731
         entry = {
-            "workload": label, "file": path.name, "json_mb": mb, "events": events,
-            "file_mb": file_bytes / 1e6, "runs": repeats,
+            "workload": w.label, "file": w.path.name, "json_mb": mb, "events": w.events,
+            "file_mb": w.file_bytes / 1e6, "runs": len(rows),
             "seconds": med([r["seconds"] for r, _ in rows]),
             "peak_rss_mib": med([r["peak_rss_bytes"] / 2**20 for r, _ in rows]),
             "warehouse_mb": med([r["warehouse_bytes"] / 1e6 for r, _ in rows]),
         }
         entry["mb_per_s"] = mb / entry["seconds"]
-        entry["events_per_s"] = events / entry["seconds"]
-        if baseline:
+        entry["events_per_s"] = w.events / entry["seconds"]
+        if w.baseline:
             entry["baseline_seconds"] = med([b["seconds"] for _, b in rows])
             entry["baseline_mb_per_s"] = mb / entry["baseline_seconds"]
             entry["baseline_peak_rss_mib"] = med([b["peak_rss_bytes"] / 2**20 for _, b in rows])
             entry["speedup"] = entry["mb_per_s"] / entry["baseline_mb_per_s"]
-        self.results["ingest"].append(entry)
+        return entry
 
     # many small rank files -------------------------------------------------
 
@@ -251,7 +285,7 @@ class Bench:
             nbytes += raw
             events += ev
         label = f"{n} rank files of {nbytes / n / 1e6:.0f} MB (default --jobs)"
-        self.bench_ingest(label, root, nbytes, events, nbytes, False, self.repeats)
+        self.bench_rounds([Workload(label, root, nbytes, events, nbytes, False)], self.repeats)
         if not self.args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -264,8 +298,8 @@ class Bench:
         root = self.work / "tiny"
         shutil.rmtree(root, ignore_errors=True)  # what a --keep run left: made again
         nbytes = write_tiny_traces(root / "v1", 0, n)
-        self.bench_ingest(f"{n} traces of {TINY_TRACE_EVENTS} events (default --jobs)", root, nbytes,
-                          n * TINY_TRACE_EVENTS, nbytes, False, self.repeats)
+        self.bench_rounds([Workload(f"{n} traces of {TINY_TRACE_EVENTS} events (default --jobs)", root, nbytes,
+                                    n * TINY_TRACE_EVENTS, nbytes, False)], self.repeats)
         if not self.args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -382,28 +416,21 @@ class Bench:
         self.check_space(only)
         s = self.size
         if not only or "single" in only:
-            big = self.big_file("big", s["big"])
-            self.bench_single(f"1 trace, {s['big'] / 2**30:.2g} GiB", big, True, self.repeats)
-            gz = self.big_file("big", s["big"], gz=True)
-            self.bench_single(f"1 trace, {s['big'] / 2**30:.2g} GiB, .json.gz", gz, True, self.repeats)
-            gz.unlink()
-            big.unlink()
-            # The same events as json.dumps writes them (a trace a script loaded and wrote back)
-            one = self.big_file("big", s["big"], one_line=True)
-            self.bench_single(f"1 trace, {s['big'] / 2**30:.2g} GiB, on one line", one, False, self.repeats)
-            one.unlink()
-            huge = self.big_file("huge", s["huge"])
+            big, huge = s["big"], s["huge"]
+            name = f"1 trace, {big / 2**30:.2g} GiB"
+            files = [self.big_file("big", big), self.big_file("big", big, gz=True),
+                     # the same events as json.dumps writes them (a trace a script loaded and wrote back)
+                     self.big_file("big", big, one_line=True), self.big_file("huge", huge)]
             # The baseline needs about 5x the file in memory: only where that fits.
-            # Its ingest runs as often as the 1 GiB trace's: "within 10% of that
-            # speed" is a ratio of medians, not of one run against three (on a
-            # shared machine, one run of it 17% slower than the 1 GiB trace's
-            # median, the next run's 1% faster).
-            fits = 6 * s["huge"] < _mem_available()
-            self.bench_single(f"1 trace, {s['huge'] / 2**30:.2g} GiB", huge, fits, self.repeats)
+            fits = 6 * huge < _mem_available()
+            self.bench_rounds([self.single(name, files[0], True), self.single(f"{name}, .json.gz", files[1], True),
+                               self.single(f"{name}, on one line", files[2], False),
+                               self.single(f"1 trace, {huge / 2**30:.2g} GiB", files[3], fits)], self.repeats)
             if not fits:
                 self.results["notes"] = self.results.get("notes", []) + [
                     "baseline skipped on the 4x trace: json.load would need ~5x the file in memory"]
-            huge.unlink()
+            for f in files:
+                f.unlink()
         if not only or "small" in only:
             self.bench_small()
         if not only or "tiny" in only:
