@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import tracedb  # noqa: E402
 from conftest import load_json  # noqa: E402
 from oracle import expected_counts  # noqa: E402
-from tracedb.capture import _free_port, inference_sweep  # noqa: E402
+from tracedb.capture import _free_port, inference_sweep, leave_job  # noqa: E402
 from tracedb.parse.pieces import SplitParser  # noqa: E402
 from tracedb.torch import ForwardTimer, trace_handler  # noqa: E402
 
@@ -59,8 +59,7 @@ def _gloo_worker(rank: int, world_size: int, port: int, root: str) -> None:
             y = model(x)
             dist.all_reduce(y)
             prof.step()
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_job()
 
 
 def test_trace_handler_in_a_gloo_job(tmp_path: Path):

@@ -76,8 +76,23 @@ def _worker(rank: int, world_size: int, port: int, out_dir: str, steps: int,
                     model(h)
                     dist.all_reduce(h)
             prof.step()
+    leave_job()
+
+
+def leave_job() -> None:
+    """The end of a gloo rank's process, once its trace is written: wait for
+    the other ranks, destroy the process group, and exit at once, without
+    the interpreter's teardown. In that teardown a rank of the demo capture
+    once aborted after its work was done ("terminate called without an
+    active exception", SIGABRT: a C++ thread still joinable as the process
+    exits), and the spawn failed the whole job."""
+    import torch.distributed as dist
+
     dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def profile_job(out_dir: str | Path, world_size: int = 2, steps: int = 3, slow_factor: int = 1,
