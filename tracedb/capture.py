@@ -82,10 +82,12 @@ def _worker(rank: int, world_size: int, port: int, out_dir: str, steps: int,
 def leave_job() -> None:
     """The end of a gloo rank's process, once its trace is written: wait for
     the other ranks, destroy the process group, and exit at once, without
-    the interpreter's teardown. In that teardown a rank of the demo capture
-    once aborted after its work was done ("terminate called without an
-    active exception", SIGABRT: a C++ thread still joinable as the process
-    exits), and the spawn failed the whole job."""
+    the interpreter's teardown. A rank of the demo capture once aborted
+    after it had stopped its profiler ("terminate called without an active
+    exception", SIGABRT: a C++ thread destroyed while still joinable), and
+    the spawn failed the whole job; the log does not say whether in the
+    barrier, the destroy or the teardown, and the teardown is the part a
+    rank can leave out."""
     import torch.distributed as dist
 
     dist.barrier()
