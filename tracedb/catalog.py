@@ -444,16 +444,16 @@ class Catalog:
                 f"SELECT column_name, data_type, description FROM {META_SCHEMA}.tracedb_view_columns "
                 "WHERE view_name = ? ORDER BY position", [v.name]
             ).fetchall()
-            if rows and not stale and not files[v.name]:  # no trace has rows of it
-                empty = empty_select([(c, t) for c, t, _ in cols])
-                con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS {empty}")
-            elif rows and not stale:
+            if not rows or stale:
+                con.execute(catalog_sql(v, schemas))
+            elif files[v.name]:
                 select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
                 file_list = ", ".join(sql_literal(f) for f in files[v.name])
                 con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} "
                             f"FROM read_parquet([{file_list}], hive_partitioning = false)")
-            else:
-                con.execute(catalog_sql(v, schemas))
+            else:  # no trace has rows of it
+                empty = empty_select([(c, t) for c, t, _ in cols])
+                con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS {empty}")
             con.execute(f"COMMENT ON VIEW {v.qualified_name} IS {sql_literal(v.description)}")
             for c, _t, doc in cols:
                 if doc:
