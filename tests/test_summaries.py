@@ -458,3 +458,32 @@ def test_migrate_removes_the_empty_summary_files_of_an_older_tracedb(tmp_path: P
     assert not (tmp_path / "wh" / key).exists()
     assert json.loads(db.sql("SELECT summaries FROM traces").fetchall()[0][0])["int_comm_ops"] is None
     assert db.check().problems == []
+
+
+def test_a_query_of_one_run_or_rank_opens_only_its_summary_files(tmp_path: Path):
+    # The per-trace views list every trace's summary files, and DuckDB pays
+    # about 0.1 ms a scan for each file it opens: in a warehouse of twenty runs
+    # of 1,000 ranks, a query of one run would open 20,000 of them. The files
+    # sit under Hive partitions, so a filter on run or rank leaves the others
+    # unopened: shown here with files that cannot be read. (hotspots_by_rank's
+    # percentiles, over ranks and per rank from one scan, read every rank's.)
+    write_ranks(tmp_path / "runs", run="v1")
+    write_ranks(tmp_path / "runs", run="v2")
+    wh = tmp_path / "wh"
+    asks = [("overlap", dict(run="v1")), ("overlap", dict(run="v2", rank=0)),
+            ("hotspots", dict(run="v1", kind="kernel"))]
+    with tracedb.open(wh) as db:
+        assert not db.ingest([tmp_path / "runs"], jobs=1).failed
+        before = [db.query(name, **q).fetchall() for name, q in asks]
+        listed = db.sql("SELECT run, rank, summaries FROM traces").fetchall()
+    assert all(before)
+    junk = [wh / key for run, rank, made in listed if (run, rank) == ("v2", 1)
+            for key in json.loads(made).values() if key is not None]
+    assert len(junk) >= 3  # overlap's and hotspots' two among them
+    for path in junk:
+        path.write_bytes(b"not a Parquet file")
+    with tracedb.open(wh) as db:
+        assert [db.query(name, **q).fetchall() for name, q in asks] == before
+        for name in ("overlap", "hotspots"):
+            with pytest.raises(duckdb.Error):  # the junk is read where a query needs it
+                db.query(name, run="v2", kind="kernel" if name == "hotspots" else None).fetchall()

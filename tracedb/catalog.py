@@ -418,7 +418,7 @@ class Catalog:
         """Define each per-trace view over its summary files when every trace
         has current ones; else over the events (its own SQL: right, slower)."""
         from . import summaries
-        from .views import catalog_sql, empty_select, relation_schemas
+        from .views import HIVE_OPTIONS, catalog_sql, empty_select, relation_schemas
 
         views = summaries.per_trace(defs)
         schemas = relation_schemas(defs)
@@ -450,7 +450,7 @@ class Catalog:
                 select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t, _ in cols)
                 file_list = ", ".join(sql_literal(f) for f in files[v.name])
                 con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS SELECT {select} "
-                            f"FROM read_parquet([{file_list}], hive_partitioning = false)")
+                            f"FROM read_parquet([{file_list}], {HIVE_OPTIONS})")
             else:  # no trace has rows of it
                 empty = empty_select([(c, t) for c, t, _ in cols])
                 con.execute(f"CREATE OR REPLACE VIEW {v.qualified_name} AS {empty}")

@@ -450,6 +450,14 @@ def empty_select(cols: list[tuple[str, str]]) -> str:
     return "SELECT " + ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in cols) + " LIMIT 0"
 
 
+# read_parquet's options for files under the warehouse's Hive partitions
+# (Warehouse.partition): run, rank and phase come from each file's path, so a
+# filter on them drops the other files unopened (1,000 rank files' summaries
+# filtered to no run: 13 ms, against 107 ms opening each to read its
+# statistics). Run and phase are names discover made safe as partition values.
+HIVE_OPTIONS = "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': BIGINT, 'phase': VARCHAR}"
+
+
 def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] | None = None,
                  file_id: str | None = None) -> str:
     """The raw view ``table`` over Parquet files: hive partitions give run,
@@ -469,11 +477,7 @@ def raw_view_sql(table: str, files: list[str], partition: tuple[str, int, str] |
     file_list = ", ".join(_quote(f) for f in files)
     if partition is not None:
         return f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}])"
-    return (
-        f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}], "
-        "hive_partitioning = true, "
-        "hive_types = {'run': VARCHAR, 'rank': BIGINT, 'phase': VARCHAR})"
-    )
+    return f"CREATE OR REPLACE VIEW {table} AS SELECT {exprs} FROM read_parquet([{file_list}], {HIVE_OPTIONS})"
 
 
 COMM_SOURCES = ("kernel", "annotation", "cpu_op")
