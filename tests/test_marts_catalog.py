@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import tracedb
-from marts_fixture import rows, write_ranks
+from conftest import write_trace
+from marts_fixture import gloo_events, rows, write_ranks
 from tracedb.cli import main
 
 CONTRACT = {
@@ -107,3 +108,24 @@ def test_latency_span_option(wh):
     res = runner.invoke(main, ["-w", str(wh), "query", "overlap", "--span", "x"])
     assert res.exit_code == 1
     assert res.output.strip().splitlines()[-1] == "Error: overlap takes no --span"
+
+
+def test_without_kind_a_mart_answers_with_the_first_kind_the_asked_runs_have(tmp_path):
+    # hotspots prefers kernels, then CPU ops: a GPU run answers with its
+    # kernels, a CPU-only one (gloo) with its ops, also when the run is asked
+    # for by a tag, not by name, beside a GPU run in the same warehouse.
+    write_ranks(tmp_path / "runs", run="gpu", ranks=(0,))
+    write_trace(tmp_path / "runs" / "cpu" / "train" / "rank0.json", gloo_events())
+    for run, device in [("gpu", "h100"), ("cpu", "cpu")]:
+        (tmp_path / "runs" / run / "run.json").write_text(json.dumps({"device": device}))
+    ops = {e["name"] for e in gloo_events() if e["cat"] == "cpu_op"}
+    with tracedb.open(tmp_path / "wh") as db:
+        assert not db.ingest([tmp_path / "runs"], jobs=1).failed
+        # (run, kind, name) of each row
+        got = {label: {(r[0], r[2], r[3]) for r in db.query("hotspots", **ask).fetchall()}
+               for label, ask in [("cpu", dict(run="cpu")), ("tag cpu", dict(tags={"device": "cpu"})),
+                                  ("gpu", dict(run="gpu")), ("all", {})]}
+    assert got["cpu"] == {("cpu", "cpu_op", name) for name in ops}
+    assert got["tag cpu"] == got["cpu"]
+    assert got["gpu"] and {kind for _, kind, _ in got["gpu"]} == {"kernel"}
+    assert got["all"] == got["gpu"]
