@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -179,6 +181,18 @@ def test_views_bound_once_have_the_columns_duckdb_binds_them_with(tmp_path: Path
     for v in defs:
         if v.kind == "view":
             catalog.execute(f"SELECT * FROM {v.qualified_name} LIMIT 0").fetchall()
+
+
+def test_a_readers_connection_draws_no_progress_bar(tmp_path: Path):
+    # DuckDB draws its progress bar on stdout for a query past 2 s, where it
+    # lands between the rows of `tracedb query -f csv > out.csv` (seen with
+    # regressions over 2,000 rank files). Its default depends on how Python
+    # runs (on in the CLI, off under pytest): asked of the CLI itself.
+    wh = _ingest_one(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "tracedb.cli", "-w", str(wh), "sql",
+                          "SELECT current_setting('enable_progress_bar') AS shown", "-f", "csv"],
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout == "shown\nFalse\n"
 
 
 def test_moved_warehouse_is_repointed(tmp_path: Path):

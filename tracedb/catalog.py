@@ -291,6 +291,9 @@ class Catalog:
         elif not self.path.exists():
             raise self._missing()
         con = self.wh.attach(duckdb.connect(str(self.path), read_only=True))
+        # DuckDB draws a progress bar on stdout for a query past 2 s: in the
+        # middle of `tracedb query -f csv > out.csv`'s rows.
+        con.execute("SET enable_progress_bar = false")
         set_search_path(con)
         return con
 
