@@ -9,6 +9,7 @@ v1 and v2 (2 ranks each, CPU, gloo) and the H200 fixtures as runs cuda_v1
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -54,6 +55,8 @@ def runs(demo_runs, tmp_path_factory) -> Path:
     shutil.copytree(CUDA / "v1", root / "cuda_v1")
     shutil.copytree(CUDA / "v2", root / "cuda_v2")
     (root / BAD).write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": ')
+    for run, device in [("v1", "cpu"), ("cuda_v1", "h100")]:  # tags: a CPU-only run and a GPU one
+        (root / run / "run.json").write_text(json.dumps({"device": device}))
     return root
 
 
@@ -125,7 +128,9 @@ def _cases() -> list[tuple[str, dict]]:
             cases.append((v.name, {"span": "ProfilerStep%", "run": "v2",
                                    **({"base": "v1"} if "base" in required else {})}))
     cases += [("hotspots", {"rank": 1, "run": "v2"}), ("comm_latency", {"rank": 0}),
-              ("latency", {"base": "v1", "span": "ProfilerStep%"}), ("hotspots", {"run": "cuda_v1", "limit": 5})]
+              ("latency", {"base": "v1", "span": "ProfilerStep%"}), ("hotspots", {"run": "cuda_v1", "limit": 5}),
+              # the CPU-only run by its tag: its CPU ops, not the kernels of the other runs
+              ("hotspots", {"tags": {"device": "cpu"}})]
     return cases
 
 
@@ -144,6 +149,8 @@ def test_mart_on_spark_equals_duckdb(spark, spark_ingest, registered, name, para
     rows = [tuple(r) for r in df.collect()]
     assert df.columns == duck_cols
     assert _same_rows(duck, rows), f"{name} {params}: {len(duck)} DuckDB rows, {len(rows)} Spark rows"
+    if "tags" in params:
+        assert duck
     if "limit" in params:
         assert len(rows) == params["limit"] == len(duck)
 
@@ -183,7 +190,7 @@ def test_spark_ingest_same_rows_as_local(spark_ingest, wh_local, runs):
     assert on_spark == local
     # The file ids are the files' content hashes (computed here, apart).
     expected = {"xxh3-" + xxhash.xxh3_128(p.read_bytes()).hexdigest()
-                for p in runs.rglob("*.json*") if p.name != Path(BAD).name}
+                for p in runs.rglob("*.json*") if p.name not in (Path(BAD).name, "run.json")}
     assert {r[0] for r in on_spark if r[4] == "ok"} == expected
 
 

@@ -57,6 +57,11 @@ def query(spark: SparkSession, warehouse: str | Path, name: str, *, run: str | N
         else:
             df = spark.table(name)
         check_filters(name, filters, df.columns)
+        if tags and "run" not in df.columns:
+            raise QueryError(f"{name} has no run column, so --tag does not apply")
+        for key, value in sorted((tags or {}).items()):  # before the default kind: the kinds of the runs asked
+            tagged = spark.table("run_tags").where((F.col("key") == F.lit(key)) & (F.col("value") == F.lit(value)))
+            df = df.join(tagged.select("run").distinct(), on="run", how="left_semi")
         if kind is None and info.default_kind and "kind" in df.columns:
             scoped = df
             for col, value in filters.items():
@@ -67,11 +72,6 @@ def query(spark: SparkSession, warehouse: str | Path, name: str, *, run: str | N
         for col, value in filters.items():
             if value is not None:
                 df = df.where(F.col(col) == F.lit(value))
-        if tags and "run" not in df.columns:
-            raise QueryError(f"{name} has no run column, so --tag does not apply")
-        for key, value in sorted((tags or {}).items()):
-            tagged = spark.table("run_tags").where((F.col("key") == F.lit(key)) & (F.col("value") == F.lit(value)))
-            df = df.join(tagged.select("run").distinct(), on="run", how="left_semi")
         if info.order_by or limit is not None:
             sql = "SELECT * FROM {src}"
             if info.order_by:
