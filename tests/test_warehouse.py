@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import xxhash
 from click.testing import CliRunner
 
@@ -105,6 +106,28 @@ def test_keys_of_the_layout():
     assert (wh.catalog_path, wh.staging, wh.comm_patterns) == (
         Path("/data/wh/tracedb.duckdb"), Path("/data/wh/.staging"), Path("/data/wh/comm_patterns.csv"))
     assert wh.catalog.path == Path("/data/wh/tracedb.duckdb")
+
+
+def test_a_warehouse_under_a_folder_named_as_a_partition_is_refused(tmp_path: Path):
+    # DuckDB reads run, rank and phase from every folder of a file's path, the
+    # first of a name winning: under /data/run=old/ every trace read as run
+    # "old", and `hotspots --run v1` found nothing.
+    write_trace(tmp_path / "runs" / "v1" / "rank0.json",
+                [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5}])
+    for folder in ("run=old", "RANK=3", "phase="):
+        res = CliRunner().invoke(main, ["-w", str(tmp_path / folder / "wh"), "ingest", str(tmp_path / "runs")])
+        assert res.exit_code == 1
+        assert res.output.strip().splitlines()[-1] == (
+            f"Error: {tmp_path / folder / 'wh'}: a warehouse cannot be under a folder named {folder}: DuckDB "
+            f"would read it as every trace's {folder.split('=')[0].lower()} (a Hive partition); choose a path "
+            "without run=, rank= or phase= folders")
+        assert not (tmp_path / folder).exists()
+    assert str(Warehouse("s3://bucket/team=ml/wh")) == "s3://bucket/team=ml/wh"  # other names are no partition
+    with pytest.raises(layout.WarehouseError, match="named run=2024"):
+        Warehouse("s3://bucket/run=2024/wh")
+    with tracedb.open(tmp_path / "xrun=1" / "wh") as db:
+        assert not db.ingest([tmp_path / "runs"], jobs=1).failed
+        assert db.sql("SELECT run, count(*) FROM events GROUP BY run").fetchall() == [("v1", 1)]
 
 
 def test_local_storage(tmp_path: Path):

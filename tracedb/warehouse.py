@@ -118,6 +118,22 @@ def is_url(name: str | os.PathLike) -> bool:
     return isinstance(name, str) and bool(_URL.match(name))
 
 
+# DuckDB reads a published file's run, rank and phase from the Hive
+# partitions of its path (views.HIVE_OPTIONS), every folder of it, the
+# first of a name winning: a warehouse under /data/run=old/ would give every
+# trace the run "old".
+_PARTITION_FOLDER = re.compile(r"^(run|rank|phase)=", re.IGNORECASE)
+
+
+def check_location(location: str) -> None:
+    """Refuse a warehouse whose path has a folder named as a partition."""
+    for folder in location.split("/"):
+        if _PARTITION_FOLDER.match(folder):
+            raise WarehouseError(f"{location}: a warehouse cannot be under a folder named {folder}: DuckDB "
+                                 f"would read it as every trace's {folder.split('=')[0].lower()} (a Hive "
+                                 "partition); choose a path without run=, rank= or phase= folders")
+
+
 def cache_root(url: str) -> Path:
     """The local working folder of a warehouse at ``url`` on this machine
     (its catalog's cached copy, locks, staging): under $XDG_CACHE_HOME (else
@@ -262,6 +278,8 @@ class Warehouse:
         else:
             self.root = Path(name).expanduser().absolute()
             self.storage = storage if storage is not None else LocalStorage(self.root)
+        for location in {str(self), self.root.as_posix()}:  # the published files; what is staged
+            check_location(location)
         self._catalog: Catalog | None = None
 
     @classmethod
