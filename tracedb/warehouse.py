@@ -125,7 +125,7 @@ def is_url(name: str | os.PathLike) -> bool:
 _PARTITION_FOLDER = re.compile(r"^(run|rank|phase)=", re.IGNORECASE)
 
 
-def check_location(location: str) -> None:
+def _check_location(location: str) -> None:
     """Refuse a warehouse whose path has a folder named as a partition."""
     for folder in location.split("/"):
         if _PARTITION_FOLDER.match(folder):
@@ -279,7 +279,7 @@ class Warehouse:
             self.root = Path(name).expanduser().absolute()
             self.storage = storage if storage is not None else LocalStorage(self.root)
         for location in {str(self), self.root.as_posix()}:  # the published files; what is staged
-            check_location(location)
+            _check_location(location)
         self._catalog: Catalog | None = None
 
     @classmethod
