@@ -186,15 +186,18 @@ def plans(con: duckdb.DuckDBPyConnection, name: str, *, run: str | None = None,
     check_filters(name, filters, columns)
     if tags and "run" not in columns:
         raise QueryError(f"{name} has no run column, so --tag does not apply")
+    tagged, tag_values = [], []
+    for key, value in sorted((tags or {}).items()):
+        tagged.append('"run" IN (SELECT run FROM run_tags WHERE key = ? AND value = ?)')
+        tag_values += [key, value]
     kinds: list[str | None] = [kind]
     if kind is None and info.default_kind and "kind" in columns and limit != 0:
         kinds = [*info.default_kind, None]
     out = []
     for k in kinds:
         where, values = _equalities({**filters, "kind": k})
-        for key, value in sorted((tags or {}).items()):
-            where.append('"run" IN (SELECT run FROM run_tags WHERE key = ? AND value = ?)')
-            values += [key, value]
+        where += tagged
+        values += tag_values
         sql = f"SELECT * FROM {source}"
         if where:
             sql += " WHERE " + " AND ".join(where)
