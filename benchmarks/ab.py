@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import run_measured
+from bench import checkout_cmd, run_measured
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,10 +43,7 @@ def main(argv: list[str] | None = None) -> None:
             work = Path(tempfile.mkdtemp(prefix="tracedb-ab-", dir=args.workdir))
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             try:
-                # -P: without it Python puts the current folder first on the
-                # path, so that run from inside a checkout, every side ran that one.
-                r = run_measured([sys.executable, "-P", "-m", "tracedb.cli", "-w", str(work / "wh"), "ingest",
-                                  args.trace, "--run", "ab"], env=env)
+                r = run_measured(checkout_cmd(work / "wh", "ingest", args.trace, "--run", "ab"), env=env)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)

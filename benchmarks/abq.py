@@ -36,15 +36,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import run_measured
+from bench import checkout_cmd, run_measured
 from workloads import DEFAULT_SOURCE, Source, write_tiled
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
-
-
-def cli(wh: Path, *args: str) -> list[str]:
-    # -P: without it Python puts the current folder first on the path (ab.py)
-    return [sys.executable, "-P", "-m", "tracedb.cli", "-w", str(wh), *args]
 
 
 def env_of(checkout: str) -> dict[str, str]:
@@ -59,7 +54,7 @@ def make(wh: Path, shape: str, checkout: str, workdir: str) -> None:
         for r in range(runs):
             for i in range(ranks):  # tile_offset: each run's events (and content hashes) its own
                 write_tiled(src, root / f"v{r + 1}" / f"rank-{i}.json", 1, rank=i, tile_offset=r)
-        subprocess.run(cli(wh, "ingest", str(root)), env=env_of(checkout), check=True)
+        subprocess.run(checkout_cmd(wh, "ingest", str(root)), env=env_of(checkout), check=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -68,7 +63,7 @@ def copy_for(wh: Path, checkout: str, folder: Path) -> Path:
     """WAREHOUSE's files hard-linked into ``folder``, its catalog made again
     by ``checkout``."""
     shutil.copytree(wh, folder, copy_function=os.link)
-    subprocess.run(cli(folder, "migrate"), env=env_of(checkout), check=True,
+    subprocess.run(checkout_cmd(folder, "migrate"), env=env_of(checkout), check=True,
                    stdout=subprocess.DEVNULL)
     return folder
 
@@ -105,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.rounds):
             for q in args.query:
                 for c in random.sample(args.checkouts, len(args.checkouts)):
-                    r = run_measured(cli(copies[c], "query", *shlex.split(q), "--format", "csv"), env=env_of(c))
+                    cmd = checkout_cmd(copies[c], "query", *shlex.split(q), "--format", "csv")
+                    r = run_measured(cmd, env=env_of(c))
                     seconds[q, c].append(r["seconds"])
                     answers[q, c] = rows_of(r["stdout"])
                     print(f"{q} | {c}: {r['seconds']:.2f} s", file=sys.stderr)

@@ -117,6 +117,13 @@ def tracedb_cmd(wh: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "tracedb.cli", "-w", str(wh), *args]
 
 
+def checkout_cmd(wh: Path, *args: str) -> list[str]:
+    """`tracedb` of the checkout that PYTHONPATH names (ab.py, abq.py). -P:
+    without it Python puts the current folder first on its path, and run
+    from inside a checkout, every side ran that checkout's code."""
+    return [sys.executable, "-P", "-m", "tracedb.cli", "-w", str(wh), *args]
+
+
 def check_rows(wh: Path, events: int) -> None:
     """Raise RuntimeError unless the warehouse's events, flows and counters
     hold ``events`` rows: every event the workload was made with (it has
