@@ -306,6 +306,23 @@ def overlap_counts(db: tracedb.TraceDB) -> dict[int, tuple[int, int]]:
         "SELECT rank, comm_kernel_count, compute_kernel_count FROM overlap WHERE run = 'fx'").fetchall()}
 
 
+def test_ingest_report_counts_the_stale_summaries_its_commit_left(tmp_path: Path):
+    wh, db = two_ranks(tmp_path)
+    db.close()
+    mark_stale(wh)  # both traces' summaries now from "another tracedb"
+    write_ranks(tmp_path / "more", run="other", ranks=(0,))
+    db = tracedb.open(wh)
+    report = db.ingest([tmp_path / "more"])
+    assert len(report.ingested) == 1
+    assert report.stale_summaries == 2  # the two marked; the new trace's are current
+    again = db.ingest([tmp_path / "more"])  # all skipped: nothing committed
+    assert not again.ingested and again.stale_summaries is None
+    assert db.rebuild_views() == 2
+    write_ranks(tmp_path / "third", run="third", ranks=(0,))
+    assert db.ingest([tmp_path / "third"]).stale_summaries == 0
+    db.close()
+
+
 def test_comm_patterns_change_makes_summaries_stale_until_migrate(tmp_path: Path):
     wh, db = two_ranks(tmp_path)
     before = overlap_counts(db)

@@ -108,6 +108,9 @@ class FileResult:
 class IngestReport:
     results: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
+    # Traces in the warehouse with stale summaries (Catalog.stale_summaries)
+    # as the ingest's last commit left it; None where it committed nothing.
+    stale_summaries: int | None = None
 
     def _with(self, status: str) -> list[FileResult]:
         return [r for r in self.results if r.status == status]
@@ -636,6 +639,7 @@ def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
             first.result()
         t0 = time.monotonic()
         warehouse.register([r.row for r in uncommitted], on_wait)
+        report.stale_summaries = warehouse.catalog.committed_stale
         uncommitted.clear()
         return time.monotonic() - t0
 

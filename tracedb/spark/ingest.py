@@ -81,6 +81,7 @@ def ingest(spark: SparkSession, warehouse: Warehouse | str | Path, files: list[T
             rdd = spark.sparkContext.parallelize(largest_first, numSlices=len(largest_first))
             report.results += rdd.mapPartitions(lambda it: _ingest_partition(wh, known_ids, it)).collect()
             wh.register([r.row for r in report.results if r.row is not None], on_wait)
+            report.stale_summaries = wh.catalog.committed_stale
     if on_result:
         for r in report.results:
             on_result(r)
