@@ -242,9 +242,7 @@ def ingest(ctx, paths, run, rank, phase, jobs, tags, dry_run, engine, spark_mast
     finally:
         bar.close()
     _err(report.summary())
-    stale = 0
-    if report.ingested:
-        stale = report.stale_summaries if report.stale_summaries is not None else db.stale_summaries()
+    stale = (report.stale_summaries or 0) if report.ingested else 0
     if stale:
         _err(f"{stale} trace(s) have summaries made by another tracedb or comm_patterns.csv: the marts "
              "compute from the events (slower) until `tracedb migrate` recomputes them.")
