@@ -5,17 +5,20 @@ read-only warehouse here: root writes through file modes."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 import tracedb
 from conftest import write_trace
 from oracle import expected_counts
+from tracedb import store
 from tracedb.cli import main
 
 
@@ -80,6 +83,27 @@ def test_full_disk_while_writing_parquet(small_fs: Path, tmp_path: Path):
     assert res.exit_code == 0, res.output
     db.close()  # its connection holds the catalog it opened: a snapshot
     assert db.sql("SELECT count(*) FROM events").fetchall() == [(200_010,)]
+
+
+def test_full_disk_while_the_threaded_writer_writes(small_fs: Path):
+    """The Parquet writer on Arrow's threads (a lone trace's final files)
+    meets a full disk as pyarrow's writer does: an OSError with ENOSPC, which
+    cannot_write makes one line."""
+    if store._pqwriter is None:
+        pytest.skip("the threaded writer is not built")
+    _fill(small_fs, 256 << 10)
+    schema = store.FINAL_SCHEMAS["flows"]
+    n = 50_000
+    rows = pa.table({f.name: pa.array([None] * n, f.type) for f in schema} | {
+        "file_id": pa.array(["xxh3-0"] * n), "event_id": pa.array(range(n), pa.int64()),
+        # distinct ids, written plain: zstd cannot squeeze them into 256 KiB
+        "id": pa.array([os.urandom(12).hex() for _ in range(n)])}, schema=schema)
+    with pytest.raises(OSError) as caught:
+        with store._final_writer(small_fs / "flows.parquet", schema, threads=2) as write:
+            for _ in range(4):
+                write(rows)
+    assert caught.value.errno == errno.ENOSPC
+    assert str(store.cannot_write(small_fs, caught.value)) == f"{small_fs}: cannot write the warehouse: No space left on device"
 
 
 def test_full_disk_while_swapping_the_catalog(small_fs: Path, tmp_path: Path):

@@ -31,7 +31,9 @@
 #include <arrow/io/file.h>
 #include <arrow/memory_pool.h>
 #include <arrow/record_batch.h>
+#include <arrow/util/io_util.h>
 #include <parquet/arrow/writer.h>
+#include <parquet/exception.h>
 #include <parquet/properties.h>
 
 namespace {
@@ -41,9 +43,38 @@ struct Writer {
     parquet::arrow::FileWriter *writer;
 };
 
+// An I/O error as OSError, with its errno where the status has one (a full
+// disk: ENOSPC, which store.cannot_write turns into one line, as it does
+// pyarrow's); the rest as ValueError.
 PyObject *raise(const arrow::Status &st) {
-    PyErr_SetString(st.IsIOError() ? PyExc_OSError : PyExc_ValueError, st.ToString().c_str());
+    int err = arrow::internal::ErrnoFromStatus(st);
+    if (err > 0) {
+        PyObject *args = Py_BuildValue("(is)", err, st.ToString().c_str());
+        if (args) {
+            PyErr_SetObject(PyExc_OSError, args);
+            Py_DECREF(args);
+        }
+    } else {
+        PyErr_SetString(st.IsIOError() ? PyExc_OSError : PyExc_ValueError, st.ToString().c_str());
+    }
     return nullptr;
+}
+
+// Runs f (which returns a Status) without the GIL; a C++ exception that
+// escapes Arrow's API comes back as a Status, never past this module.
+template <typename F>
+arrow::Status without_gil(F f) {
+    arrow::Status st;
+    Py_BEGIN_ALLOW_THREADS
+    try {
+        st = f();
+    } catch (const parquet::ParquetStatusException &e) {
+        st = e.status();
+    } catch (const std::exception &e) {
+        st = arrow::Status::IOError(e.what());
+    }
+    Py_END_ALLOW_THREADS
+    return st;
 }
 
 // A list of str as column names; false with a Python error set otherwise.
@@ -70,10 +101,13 @@ void Writer_dealloc(Writer *self) {
 // schema capsule (__arrow_c_schema__()); the three lists name the columns
 // with dictionaries, DELTA_BINARY_PACKED encoding and statistics.
 int Writer_init(Writer *self, PyObject *args, PyObject *) {
-    const char *path;
-    PyObject *capsule, *dictionary, *delta, *statistics;
-    if (!PyArg_ParseTuple(args, "sOOOO", &path, &capsule, &dictionary, &delta, &statistics))
+    PyObject *fs_path, *capsule, *dictionary, *delta, *statistics;
+    // The path as the file system's bytes (os.fsencode), whatever its name holds.
+    if (!PyArg_ParseTuple(args, "O&OOOO", PyUnicode_FSConverter, &fs_path, &capsule, &dictionary, &delta,
+                          &statistics))
         return -1;
+    std::string path(PyBytes_AS_STRING(fs_path), PyBytes_GET_SIZE(fs_path));
+    Py_DECREF(fs_path);
     if (self->writer) {
         PyErr_SetString(PyExc_RuntimeError, "Writer already opened");
         return -1;
@@ -96,26 +130,15 @@ int Writer_init(Writer *self, PyObject *args, PyObject *) {
     parquet::ArrowWriterProperties::Builder arrow_props;
     arrow_props.store_schema()->set_use_threads(true);
 
-    arrow::Status st;
-    Py_BEGIN_ALLOW_THREADS
-    // The capsule's schema is moved out by the import (its release nulled).
-    auto schema = arrow::ImportSchema(c_schema);
-    if (!schema.ok()) {
-        st = schema.status();
-    } else {
-        auto sink = arrow::io::FileOutputStream::Open(path);
-        if (!sink.ok()) {
-            st = sink.status();
-        } else {
-            auto writer = parquet::arrow::FileWriter::Open(**schema, arrow::default_memory_pool(), *sink,
-                                                           props.build(), arrow_props.build());
-            if (writer.ok())
-                self->writer = writer->release();
-            else
-                st = writer.status();
-        }
-    }
-    Py_END_ALLOW_THREADS
+    arrow::Status st = without_gil([&]() -> arrow::Status {
+        // The capsule's schema is moved out by the import (its release nulled).
+        ARROW_ASSIGN_OR_RAISE(auto schema, arrow::ImportSchema(c_schema));
+        ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::FileOutputStream::Open(path));
+        ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(
+            *schema, arrow::default_memory_pool(), sink, props.build(), arrow_props.build()));
+        self->writer = writer.release();
+        return arrow::Status::OK();
+    });
     if (!st.ok()) {
         raise(st);
         return -1;
@@ -138,21 +161,17 @@ PyObject *Writer_write(Writer *self, PyObject *capsule) {
     auto *c_stream = static_cast<ArrowArrayStream *>(PyCapsule_GetPointer(capsule, "arrow_array_stream"));
     if (!c_stream)
         return nullptr;
-    arrow::Status st;
-    Py_BEGIN_ALLOW_THREADS
-    auto reader = arrow::ImportRecordBatchReader(c_stream);
-    if (!reader.ok()) {
-        st = reader.status();
-    } else if ((st = self->writer->NewBufferedRowGroup()).ok()) {
+    arrow::Status st = without_gil([&]() -> arrow::Status {
+        ARROW_ASSIGN_OR_RAISE(auto reader, arrow::ImportRecordBatchReader(c_stream));
+        ARROW_RETURN_NOT_OK(self->writer->NewBufferedRowGroup());
         for (;;) {
             std::shared_ptr<arrow::RecordBatch> batch;
-            if (!(st = (*reader)->ReadNext(&batch)).ok() || !batch)
-                break;
-            if (!(st = self->writer->WriteRecordBatch(*batch)).ok())
-                break;
+            ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
+            if (!batch)
+                return arrow::Status::OK();
+            ARROW_RETURN_NOT_OK(self->writer->WriteRecordBatch(*batch));
         }
-    }
-    Py_END_ALLOW_THREADS
+    });
     if (!st.ok())
         return raise(st);
     Py_RETURN_NONE;
@@ -162,10 +181,7 @@ PyObject *Writer_write(Writer *self, PyObject *capsule) {
 PyObject *Writer_close(Writer *self, PyObject *) {
     if (!self->writer)
         Py_RETURN_NONE;
-    arrow::Status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = self->writer->Close();
-    Py_END_ALLOW_THREADS
+    arrow::Status st = without_gil([&] { return self->writer->Close(); });
     delete self->writer;
     self->writer = nullptr;
     if (!st.ok())
