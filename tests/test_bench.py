@@ -151,7 +151,25 @@ def test_commits_grows_a_warehouse_and_ingests_into_it(tmp_path):
     assert list(tmp_path.iterdir()) == []  # its traces and warehouse are gone
 
 
-@pytest.mark.parametrize("script", ["reader.py", "stages.py", "timeline.py", "declines.py", "commits.py"])
+def test_writer_writes_the_events_both_ways(tmp_path):
+    """benchmarks/writer.py over a real trace: its events (counted by plain
+    Python over the JSON) written by both writers, a row each with its
+    rounds, the same size of file within a page header a column."""
+    source = ROOT / "tests" / "fixtures" / "cuda" / "v1" / "rank0.train.json.gz"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "writer.py"), str(source), "--rounds", "2"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows_of_events = [e for e in trace_events(source) if e.get("ph") not in ("s", "t", "f", "C")]
+    assert r.stderr.startswith(f"{source}: {len(rows_of_events):,} events in 1 row groups, ")
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                              for line in r.stdout.splitlines()[2:])}
+    assert list(rows) == ["pyarrow", "threads"]
+    assert all(row[0] == "2" and len(row[2].split(", ")) == 2 for row in rows.values())
+    assert float(rows["pyarrow"][4]) == pytest.approx(float(rows["threads"][4]), abs=0.01)
+    assert list(tmp_path.iterdir()) == []  # its warehouse is gone
+
+
+@pytest.mark.parametrize("script", ["reader.py", "stages.py", "timeline.py", "declines.py", "commits.py", "writer.py"])
 def test_a_script_measures_the_checkout_it_sits_in(tmp_path, script):
     """Where another tracedb comes first on the path (an editable install of
     another checkout, PYTHONPATH), a benchmark script still imports its own

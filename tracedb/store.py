@@ -598,10 +598,10 @@ def _encodings(schema: pa.Schema) -> dict:
 def _final_writer(dst: Path, schema: pa.Schema, threads: int) -> Iterator[Callable[[pa.Table], None]]:
     """A final file's writer: a call writes one row group. On ``threads``
     > 1, a row group's columns are encoded and compressed on Arrow's
-    threads (_pqwriter.cpp): a 1 GiB trace's events, written alone, in
-    1.54-1.67 s against pyarrow's 2.02-2.36 at the same CPU, with the same
-    encodings and statistics. Else, or where it is not built, pyarrow's
-    writer."""
+    threads (_pqwriter.cpp): a 1 GiB trace's events, written alone on two
+    cores, in 0.98 s against pyarrow's 1.24, at 1.41 CPU-s against 1.24
+    (benchmarks/writer.py), with the same encodings and statistics. Else,
+    or where it is not built, pyarrow's writer."""
     options = _encodings(schema)
     if threads > 1 and _pqwriter is not None:
         w = _pqwriter.Writer(str(dst), schema.__arrow_c_schema__(), options["use_dictionary"],
