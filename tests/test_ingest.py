@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -430,3 +431,66 @@ def test_plain_staging_is_half_the_kernels_background_dirty_threshold(tmp_path, 
 def test_plain_staging_is_nothing_where_the_kernel_has_no_proc(tmp_path):
     from tracedb.store import plain_staging_bytes
     assert plain_staging_bytes(tmp_path / "no-proc", tmp_path / "no-cgroup") == 0
+
+
+@pytest.mark.parametrize(("kernel", "expected"), [
+    (dict(), 20_480_000_000),  # MemAvailable, 20,000,000 kB
+    # a cgroup v2 with 3 GiB left of its 4 GiB: what it has left
+    (dict(cgroup="0::/job\n", files={"job/memory.max": "4294967296\n", "job/memory.current": "1073741824\n"}),
+     3_221_225_472),
+    (dict(available_kb=None), None),
+])
+def test_memory_available_is_the_kernels_or_the_cgroups_if_less(tmp_path, kernel, expected):
+    from tracedb.store import memory_available
+    assert memory_available(*_kernel(tmp_path, **kernel)) == expected
+
+
+def test_an_ingest_lets_go_of_its_files_pages_when_they_are_more_than_half_the_memory(tmp_path):
+    from tracedb.discover import TraceFile
+    from tracedb.ingest import reads_past_cache
+
+    def files(*sizes: int) -> list[TraceFile]:
+        return [TraceFile(Path(f"rank-{i}.json"), "v1", i, "train", size, 0) for i, size in enumerate(sizes)]
+
+    assert reads_past_cache(files(300, 201), 1000)
+    assert not reads_past_cache(files(300, 200), 1000)
+    assert not reads_past_cache(files(10**12), None)  # the kernel does not say
+
+
+def _resident_bytes(path: Path) -> int:
+    """How many of the file's bytes the page cache holds (util-linux's fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
+@pytest.mark.skipif(not shutil.which("fincore"), reason="util-linux's fincore is not installed")
+@pytest.mark.parametrize("let_go", [True, False])
+def test_a_trace_let_go_leaves_the_page_cache_once_ingested(tmp_path, let_go):
+    """With let_go, the trace's pages are dropped once it is read, its rows
+    all ingested; without, they stay cached."""
+    from tracedb.discover import discover
+    from tracedb.ingest import ingest_files, new_summarizer
+    from tracedb.warehouse import Warehouse
+    fs = subprocess.run(["stat", "-f", "--format=%T", str(tmp_path)], capture_output=True, text=True).stdout
+    if fs.strip() == "tmpfs":
+        pytest.skip("a tmpfs file's pages are the file: they stay")
+    n = 40_000
+    events = [{"ph": "X", "name": f"op{i % 7}", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
+              for i in range(n)]
+    trace = write_trace(tmp_path / "runs" / "v1" / "rank-0.json", events)
+    assert trace.stat().st_size > 4 << 20
+    with open(trace, "rb") as f:  # on the disk (a dirty page is not let go), and in the page cache
+        os.fsync(f.fileno())
+        f.read()
+    assert _resident_bytes(trace) > 4 << 20
+    wh = Warehouse(tmp_path / "wh")
+    wh.create()
+    with new_summarizer(wh, threads=1) as summarizer:
+        [r] = ingest_files(wh, discover([tmp_path / "runs"]), summarizer, let_go=let_go)
+    assert r.status == "ok", r.error
+    assert pq.read_table(wh.root / "events").num_rows == n
+    if let_go:
+        assert _resident_bytes(trace) == 0
+    else:
+        assert _resident_bytes(trace) > 4 << 20

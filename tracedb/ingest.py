@@ -37,9 +37,9 @@ from .catalog import resource_dir
 from .discover import TraceFile
 from .errors import TraceFormatError, UploadError, WarehouseError
 from .fileid import content_ids, has_legacy
-from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece
+from .parse import NotSplittable, Piece, SplitParser, TraceMeta, TraceParser, parse_piece, source
 from .parse.values import as_text
-from .store import TraceWriter, cannot_write, plain_staging_bytes
+from .store import TraceWriter, cannot_write, memory_available, plain_staging_bytes
 from .version import __version__
 from .views import load_view_files
 from .warehouse import Warehouse
@@ -351,16 +351,17 @@ def ingest_file(warehouse: Warehouse, tf: TraceFile, summarizer: summaries.Summa
 
 def ingest_files(warehouse: Warehouse, tfs: list[TraceFile], summarizer: summaries.Summarizer,
                  known_ids: frozenset[str] = frozenset(), threads: int = 1, workers: int = 1,
-                 plain_bytes: int = 0) -> list[FileResult]:
+                 plain_bytes: int = 0, let_go: bool = False) -> list[FileResult]:
     """``ingest_file`` for each of ``tfs``, one after the other, but for
     their summaries: computed at once for those that reach them
     (``Summarizer.compute_many``; small traces, summary_groups), each alone
-    where that fails, so that an error is the trace's own."""
+    where that fails, so that an error is the trace's own. With ``let_go``,
+    each file's pages leave the page cache once it is read (reads_past_cache)."""
     results: list[FileResult] = []
     ready: list[_Finalized] = []
     try:
         for tf in tfs:
-            r = _finalized(warehouse, tf, known_ids, threads, workers, plain_bytes)
+            r = _finalized(warehouse, tf, known_ids, threads, workers, plain_bytes, let_go)
             if isinstance(r, _Finalized):
                 ready.append(r)
                 results.append(r.result)  # filled in once published
@@ -386,7 +387,7 @@ class _Finalized:
 
 
 def _finalized(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str], threads: int, workers: int,
-               plain_bytes: int) -> _Finalized | FileResult:
+               plain_bytes: int, let_go: bool) -> _Finalized | FileResult:
     """A file hashed, parsed and finalized; or its result, where it is
     skipped or has failed."""
     t0 = time.perf_counter()
@@ -395,6 +396,8 @@ def _finalized(warehouse: Warehouse, tf: TraceFile, known_ids: frozenset[str], t
     with ThreadPoolExecutor(max_workers=1) as hasher:
         hashed = hasher.submit(content_ids, tf.path, has_legacy(known_ids))
         staged = _stage_while_hashing(tf, warehouse, hashed, known_ids, workers, plain_bytes)
+    if let_go:  # hashed and parsed: read for the last time
+        source.let_go(tf.path)
     try:
         ids = hashed.result()
     except OSError as e:
@@ -509,7 +512,7 @@ _worker_summarizer: summaries.Summarizer | None = None
 
 
 def _ingest_in_worker(warehouse: Warehouse, tfs: list[TraceFile], known_ids: frozenset[str],
-                      plain_bytes: int) -> list[FileResult]:
+                      plain_bytes: int, let_go: bool) -> list[FileResult]:
     """``ingest_files`` in a ``--jobs`` worker process, with one summarizer
     for the traces it ingests, closed (its spill folder removed) as the
     process exits."""
@@ -517,7 +520,7 @@ def _ingest_in_worker(warehouse: Warehouse, tfs: list[TraceFile], known_ids: fro
     if _worker_summarizer is None:
         _worker_summarizer = new_summarizer(warehouse, threads=1)
         multiprocessing.util.Finalize(None, _worker_summarizer.close, exitpriority=10)
-    return ingest_files(warehouse, tfs, _worker_summarizer, known_ids, plain_bytes=plain_bytes)
+    return ingest_files(warehouse, tfs, _worker_summarizer, known_ids, plain_bytes=plain_bytes, let_go=let_go)
 
 
 def summary_groups(files: list[TraceFile], jobs: int) -> list[list[TraceFile]]:
@@ -617,6 +620,19 @@ def _empty_commit_in_process(warehouse: Warehouse) -> None:
         raise WarehouseError(f"{warehouse}: the first commit's process failed (exit code {done.returncode})")
 
 
+def reads_past_cache(files: list[TraceFile], available: int | None) -> bool:
+    """Whether an ingest of ``files`` reads more than half the memory
+    ``available`` (store.memory_available): then each file's pages are let
+    go from the page cache once it is read (parse.source.let_go). Kept, they
+    would fill it, and the kernel would take memory back from it for every
+    new page of the next files, the pieces and the final files: the bench's
+    128 rank files (24.2 GB on a 23.5 GiB machine) went in in 81-84 s and
+    153-158 CPU-s, against 84-112 s and 160-201 CPU-s with their pages kept
+    (`benchmarks/ab.py`, 5 rounds). A file read again soon (an ingest of
+    one trace, or of a few) keeps them."""
+    return available is not None and sum(tf.size_bytes for tf in files) > available // 2
+
+
 def commit_due(traces: int, since_s: float, last_cost_s: float) -> bool:
     """Whether ``traces`` uncommitted traces are committed now, ``since_s``
     seconds after the last commit ended, which took ``last_cost_s``."""
@@ -657,13 +673,15 @@ def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
     # One trace's pieces are staged at a time in each process: each has its
     # share of what the kernel keeps in memory unwritten.
     plain_bytes = plain_staging_bytes()
+    let_go = reads_past_cache(pending, memory_available())
     try:
         if jobs <= 1 or len(pending) <= 1:
             threads = max(1, os.cpu_count() or 1) if len(pending) == 1 else 1
             workers = jobs if len(pending) == 1 else 1
             with new_summarizer(warehouse, threads) as summarizer:
                 for group in summary_groups(pending, 1):
-                    for r in ingest_files(warehouse, group, summarizer, known_ids, threads, workers, plain_bytes):
+                    for r in ingest_files(warehouse, group, summarizer, known_ids, threads, workers, plain_bytes,
+                                          let_go):
                         done(r)
         else:
             ctx = multiprocessing.get_context("spawn")
@@ -671,7 +689,7 @@ def _ingest_pending(warehouse: Warehouse, pending: list[TraceFile], jobs: int,
                 # The largest first: a large trace last would be left to
                 # one core at the end, the others idle.
                 largest_first = sorted(pending, key=_json_bytes, reverse=True)
-                futures = {pool.submit(_ingest_in_worker, warehouse, group, known_ids, plain_bytes // jobs)
+                futures = {pool.submit(_ingest_in_worker, warehouse, group, known_ids, plain_bytes // jobs, let_go)
                            for group in summary_groups(largest_first, jobs)}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_COMPLETED)

@@ -799,22 +799,37 @@ def plain_staging_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/f
         vm = proc / "sys" / "vm"
         fixed = int((vm / "dirty_background_bytes").read_text())
         ratio = int((vm / "dirty_background_ratio").read_text())
-        meminfo = (proc / "meminfo").read_text()
     except (OSError, ValueError):
         return 0
-    kib = {m.group(1): int(m.group(2)) << 10
-           for m in re.finditer(r"^(\w+):\s+(\d+) kB", meminfo, re.MULTILINE)}
+    kib = _meminfo(proc)
     if fixed:
         threshold = fixed
-    elif "MemAvailable" in kib:
-        available = kib["MemAvailable"]
-        left = _cgroup_memory_left(proc, cgroups)
-        if left is not None:
-            available = min(available, left)
-        threshold = available * ratio // 100
     else:
-        return 0
+        available = memory_available(proc, cgroups)
+        if available is None:
+            return 0
+        threshold = available * ratio // 100
     return max(0, threshold - kib.get("Dirty", 0) - kib.get("Writeback", 0)) // 2
+
+
+def memory_available(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory available without swapping (``MemAvailable``: free, and
+    what the kernel can take back from its caches), or what the process's
+    memory cgroup has left, if less; None where the kernel does not say."""
+    available = _meminfo(proc).get("MemAvailable")
+    if available is None:
+        return None
+    left = _cgroup_memory_left(proc, cgroups)
+    return available if left is None else min(available, left)
+
+
+def _meminfo(proc: Path) -> dict[str, int]:
+    """/proc/meminfo's figures in bytes ({} where it cannot be read)."""
+    try:
+        text = (proc / "meminfo").read_text()
+    except OSError:
+        return {}
+    return {m.group(1): int(m.group(2)) << 10 for m in re.finditer(r"^(\w+):\s+(\d+) kB", text, re.MULTILINE)}
 
 
 def _cgroup_memory_left(proc: Path, cgroups: Path) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import zlib
 from pathlib import Path
 
@@ -53,3 +54,22 @@ def first_byte(path: str | Path) -> bytes:
                 return stripped[:1]
             head = f.read(4096)
     return b""
+
+
+def let_go(path: str | Path) -> None:
+    """Tell the kernel that the file's pages are not wanted again
+    (``POSIX_FADV_DONTNEED``): it drops them from the page cache now, as
+    they are clean, instead of taking memory back later from whatever else
+    needs it. Does nothing where it cannot (not POSIX, the file is gone)."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
