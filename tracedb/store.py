@@ -802,10 +802,12 @@ def plain_staging_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/f
     except (OSError, ValueError):
         return 0
     kib = _meminfo(proc)
+    if not kib:
+        return 0
     if fixed:
         threshold = fixed
     else:
-        available = memory_available(proc, cgroups)
+        available = _available(kib, proc, cgroups)
         if available is None:
             return 0
         threshold = available * ratio // 100
@@ -816,7 +818,12 @@ def memory_available(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/c
     """The memory available without swapping (``MemAvailable``: free, and
     what the kernel can take back from its caches), or what the process's
     memory cgroup has left, if less; None where the kernel does not say."""
-    available = _meminfo(proc).get("MemAvailable")
+    return _available(_meminfo(proc), proc, cgroups)
+
+
+def _available(kib: dict[str, int], proc: Path, cgroups: Path) -> int | None:
+    """memory_available, of /proc/meminfo's figures as _meminfo read them."""
+    available = kib.get("MemAvailable")
     if available is None:
         return None
     left = _cgroup_memory_left(proc, cgroups)
